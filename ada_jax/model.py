@@ -1,0 +1,414 @@
+"""Decoder-only Transformer policy (Qwen2/2.5, Qwen3, Llama 3.x) in Flax NNX.
+
+One module serves both sampling (explicit KV cache in and out) and training
+(full forward). Every parameter carries logical axis names in its `axes`
+metadata; `sharding.py` maps them onto the mesh.
+
+Numerics follow the HF reference implementations: RMSNorm and RoPE in fp32,
+attention softmax in fp32, logits in fp32 whatever the compute dtype.
+
+Dimension legend:
+  B: batch rows            T: query tokens of this call
+  S: cache length          D: model width (hidden_size)
+  H: query heads           G: KV heads (H % G == 0)
+  K: head dim              F: MLP width (intermediate_size)
+  V: vocab size            L: layers
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+Array = jax.Array
+
+# Logical axis names (see sharding.py for the rules that map them to mesh axes).
+VOCAB, EMBED, Q_HEADS, KV_HEADS, HEAD_DIM, MLP, NORM = (
+  'vocab',
+  'embed',
+  'q_heads',
+  'kv_heads',
+  'head_dim',
+  'mlp',
+  'norm',
+)
+_MASK_VALUE = -0.7 * float(jnp.finfo(jnp.float32).max)
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelConfig:
+  """Architecture of one policy; mirrors the HF config fields we support."""
+
+  model_type: str  # 'qwen2' | 'qwen3' | 'llama'
+  vocab_size: int
+  hidden_size: int
+  intermediate_size: int
+  num_layers: int
+  num_heads: int
+  num_kv_heads: int
+  head_dim: int
+  rope_theta: float = 10000.0
+  # None (default RoPE) or a hashable tuple of (key, value) pairs of the HF
+  # rope_scaling dict (rope_type 'llama3' or 'linear').
+  rope_scaling: tuple[tuple[str, Any], ...] | None = None
+  rms_norm_eps: float = 1e-6
+  tie_embeddings: bool = False
+  qkv_bias: bool = False
+  o_bias: bool = False
+  qk_norm: bool = False
+  max_position_embeddings: int = 4096
+  bos_token_id: int | None = None
+  eos_token_id: int | tuple[int, ...] | None = None
+  param_dtype: Any = jnp.float32
+  dtype: Any = jnp.float32  # compute dtype; logits are always fp32.
+
+  def __post_init__(self):
+    if self.num_heads % self.num_kv_heads:
+      raise ValueError(
+        f'num_heads={self.num_heads} is not a multiple of '
+        f'num_kv_heads={self.num_kv_heads}'
+      )
+
+  @property
+  def rope_scaling_dict(self) -> dict[str, Any] | None:
+    return dict(self.rope_scaling) if self.rope_scaling else None
+
+
+class KVCache(NamedTuple):
+  """Per-layer keys and values plus which cache slots hold real tokens.
+
+  k, v: tuples of L arrays [B, S, G, K]; valid: bool [B, S].
+  Cache index order equals sequence order (prompts are left-padded), so
+  causality is `key index <= query index` on cache indices.
+  """
+
+  k: tuple[Array, ...]
+  v: tuple[Array, ...]
+  valid: Array
+
+
+def init_cache(
+  config: ModelConfig, batch: int, length: int, dtype: Any = None
+) -> KVCache:
+  """An empty cache of `length` slots per row (dtype: compute dtype)."""
+  dtype = dtype or config.dtype
+  shape = (batch, length, config.num_kv_heads, config.head_dim)
+  zeros = tuple(jnp.zeros(shape, dtype) for _ in range(config.num_layers))
+  zeros_v = tuple(jnp.zeros(shape, dtype) for _ in range(config.num_layers))
+  return KVCache(zeros, zeros_v, jnp.zeros((batch, length), jnp.bool_))
+
+
+def positions_from_mask(mask: Array) -> Array:
+  """RoPE positions [B, T] from a 0/1 mask: left padding does not shift them."""
+  return jnp.maximum(jnp.cumsum(mask.astype(jnp.int32), axis=-1) - 1, 0)
+
+
+def attention_mask(query_index: Array, kv_valid: Array) -> Array:
+  """The one mask builder: causal on cache indices, padding, cache validity.
+
+  Args:
+    query_index: int [B, T], the cache index each query token occupies.
+    kv_valid: bool [B, S], cache slots holding real tokens (after this call's
+      writes).
+
+  Returns:
+    bool [B, 1, T, S]: True where query t may attend to key s.
+  """
+  s = jnp.arange(kv_valid.shape[-1], dtype=jnp.int32)
+  causal = s[None, None, :] <= query_index[:, :, None]
+  return (causal & kv_valid[:, None, :])[:, None]
+
+
+def rope_inv_freq(config: ModelConfig) -> Array:
+  """fp32 inverse frequencies [K/2], with llama3 / linear scaling applied."""
+  k = config.head_dim
+  inv = 1.0 / (config.rope_theta ** (jnp.arange(0, k, 2, dtype=jnp.float32) / k))
+  scaling = config.rope_scaling_dict
+  if not scaling:
+    return inv
+  kind = scaling.get('rope_type', scaling.get('type', 'default'))
+  if kind == 'default':
+    return inv
+  if kind == 'linear':
+    return inv / float(scaling['factor'])
+  if kind == 'llama3':
+    factor = float(scaling['factor'])
+    low = float(scaling.get('low_freq_factor', 1.0))
+    high = float(scaling.get('high_freq_factor', 4.0))
+    old_len = float(scaling['original_max_position_embeddings'])
+    wavelen = 2 * math.pi / inv
+    scaled = jnp.where(wavelen > old_len / low, inv / factor, inv)
+    smooth = (old_len / wavelen - low) / (high - low)
+    smoothed = (1 - smooth) * scaled / factor + smooth * scaled
+    medium = (wavelen >= old_len / high) & (wavelen <= old_len / low)
+    return jnp.where(medium, smoothed, scaled)
+  raise ValueError(f'unsupported rope_scaling type {kind!r}')
+
+
+def apply_rope(x: Array, positions: Array, inv_freq: Array) -> Array:
+  """Rotate-half RoPE on x [B, T, H, K] at positions [B, T], in fp32."""
+  angles = positions.astype(jnp.float32)[..., None] * inv_freq  # [B, T, K/2]
+  cos = jnp.cos(angles)[:, :, None, :]
+  sin = jnp.sin(angles)[:, :, None, :]
+  xf = x.astype(jnp.float32)
+  x1, x2 = jnp.split(xf, 2, axis=-1)
+  out = jnp.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=-1)
+  return out.astype(x.dtype)
+
+
+def _param(rngs: nnx.Rngs, shape, axes, dtype, scale: float | None = None):
+  fan_in = shape[0] if scale is None else None
+  std = scale if scale is not None else 1.0 / math.sqrt(fan_in)
+  value = (jax.random.normal(rngs.params(), shape, jnp.float32) * std).astype(dtype)
+  return nnx.Param(value, axes=axes)
+
+
+class RMSNorm(nnx.Module):
+  """RMSNorm with fp32 statistics, as HF computes it."""
+
+  def __init__(self, dim: int, eps: float, dtype: Any, axes=(NORM,)):
+    self.scale = nnx.Param(jnp.ones((dim,), dtype), axes=axes)
+    self.eps = eps
+
+  def __call__(self, x: Array) -> Array:
+    xf = x.astype(jnp.float32)
+    xf = xf * jax.lax.rsqrt(jnp.mean(xf * xf, axis=-1, keepdims=True) + self.eps)
+    return (self.scale[...].astype(jnp.float32) * xf).astype(x.dtype)
+
+
+class Attention(nnx.Module):
+  """GQA self-attention with optional q/k/v bias and per-head q/k RMSNorm."""
+
+  def __init__(self, c: ModelConfig, rngs: nnx.Rngs):
+    d, h, g, k, pd = (
+      c.hidden_size,
+      c.num_heads,
+      c.num_kv_heads,
+      c.head_dim,
+      c.param_dtype,
+    )
+    self.q = _param(rngs, (d, h, k), (EMBED, Q_HEADS, HEAD_DIM), pd)
+    self.k = _param(rngs, (d, g, k), (EMBED, KV_HEADS, HEAD_DIM), pd)
+    self.v = _param(rngs, (d, g, k), (EMBED, KV_HEADS, HEAD_DIM), pd)
+    self.o = _param(
+      rngs, (h, k, d), (Q_HEADS, HEAD_DIM, EMBED), pd, 1 / math.sqrt(h * k)
+    )
+    if c.qkv_bias:
+      self.q_bias = nnx.Param(jnp.zeros((h, k), pd), axes=(Q_HEADS, HEAD_DIM))
+      self.k_bias = nnx.Param(jnp.zeros((g, k), pd), axes=(KV_HEADS, HEAD_DIM))
+      self.v_bias = nnx.Param(jnp.zeros((g, k), pd), axes=(KV_HEADS, HEAD_DIM))
+    if c.o_bias:
+      self.o_bias = nnx.Param(jnp.zeros((d,), pd), axes=(EMBED,))
+    if c.qk_norm:
+      self.q_norm = RMSNorm(k, c.rms_norm_eps, pd, axes=(HEAD_DIM,))
+      self.k_norm = RMSNorm(k, c.rms_norm_eps, pd, axes=(HEAD_DIM,))
+    self.config = c
+
+  def __call__(
+    self,
+    x: Array,
+    positions: Array,
+    inv_freq: Array,
+    mask: Array,
+    k_cache: Array,
+    v_cache: Array,
+    write_index: Array,
+  ) -> tuple[Array, Array, Array]:
+    c = self.config
+    dt = c.dtype
+    q = jnp.einsum('btd,dhk->bthk', x, self.q[...].astype(dt))
+    k = jnp.einsum('btd,dgk->btgk', x, self.k[...].astype(dt))
+    v = jnp.einsum('btd,dgk->btgk', x, self.v[...].astype(dt))
+    if c.qkv_bias:
+      q = q + self.q_bias[...].astype(dt)
+      k = k + self.k_bias[...].astype(dt)
+      v = v + self.v_bias[...].astype(dt)
+    if c.qk_norm:
+      q, k = self.q_norm(q), self.k_norm(k)
+    q = apply_rope(q, positions, inv_freq)
+    k = apply_rope(k, positions, inv_freq)
+    k_cache = write_cache(k_cache, k, write_index)
+    v_cache = write_cache(v_cache, v, write_index)
+
+    b, t, h, kd = q.shape
+    g = c.num_kv_heads
+    qg = q.reshape(b, t, g, h // g, kd)
+    scores = jnp.einsum(
+      'btgrk,bsgk->bgrts', qg, k_cache.astype(dt), preferred_element_type=jnp.float32
+    )
+    scores = scores / math.sqrt(kd)
+    scores = jnp.where(mask[:, :, None], scores, _MASK_VALUE)
+    probs = jax.nn.softmax(scores, axis=-1).astype(dt)
+    out = jnp.einsum('bgrts,bsgk->btgrk', probs, v_cache.astype(dt))
+    out = out.reshape(b, t, h, kd)
+    y = jnp.einsum('bthk,hkd->btd', out, self.o[...].astype(dt))
+    if c.o_bias:
+      y = y + self.o_bias[...].astype(dt)
+    return y, k_cache, v_cache
+
+
+def write_cache(cache: Array, new: Array, write_index: Array) -> Array:
+  """Writes new [B, T, ...] into cache [B, S, ...] at write_index.
+
+  write_index is a scalar (all rows at the same index: one in-place
+  dynamic_update_slice, the fast path for batched decode) or int [B] (each
+  row at its own index).
+  """
+  new = new.astype(cache.dtype)
+  if write_index.ndim == 0:
+    starts = (0, write_index) + (0,) * (cache.ndim - 2)
+    return jax.lax.dynamic_update_slice(cache, new, starts)
+
+  def one(row_cache, row_new, idx):
+    starts = (idx,) + (0,) * (row_cache.ndim - 1)
+    return jax.lax.dynamic_update_slice(row_cache, row_new, starts)
+
+  return jax.vmap(one)(cache, new, write_index)
+
+
+class FeedForward(nnx.Module):
+  """SwiGLU feed-forward."""
+
+  def __init__(self, c: ModelConfig, rngs: nnx.Rngs):
+    d, f, pd = c.hidden_size, c.intermediate_size, c.param_dtype
+    self.gate = _param(rngs, (d, f), (EMBED, MLP), pd)
+    self.up = _param(rngs, (d, f), (EMBED, MLP), pd)
+    self.down = _param(rngs, (f, d), (MLP, EMBED), pd)
+    self.dtype = c.dtype
+
+  def __call__(self, x: Array) -> Array:
+    dt = self.dtype
+    gate = x @ self.gate[...].astype(dt)
+    up = x @ self.up[...].astype(dt)
+    return (jax.nn.silu(gate) * up) @ self.down[...].astype(dt)
+
+
+class Block(nnx.Module):
+  """Pre-norm decoder block."""
+
+  def __init__(self, c: ModelConfig, rngs: nnx.Rngs):
+    self.attn_norm = RMSNorm(c.hidden_size, c.rms_norm_eps, c.param_dtype)
+    self.attn = Attention(c, rngs)
+    self.mlp_norm = RMSNorm(c.hidden_size, c.rms_norm_eps, c.param_dtype)
+    self.mlp = FeedForward(c, rngs)
+
+  def __call__(self, x, positions, inv_freq, mask, k_cache, v_cache, write_index):
+    y, k_cache, v_cache = self.attn(
+      self.attn_norm(x), positions, inv_freq, mask, k_cache, v_cache, write_index
+    )
+    x = x + y
+    x = x + self.mlp(self.mlp_norm(x))
+    return x, k_cache, v_cache
+
+
+class Transformer(nnx.Module):
+  """The policy: embeddings, L blocks, final norm, (tied) LM head."""
+
+  def __init__(self, config: ModelConfig, *, rngs: nnx.Rngs):
+    c = config
+    self.config = c
+    self.embed = _param(
+      rngs, (c.vocab_size, c.hidden_size), (VOCAB, EMBED), c.param_dtype, 0.02
+    )
+    self.layers = nnx.List([Block(c, rngs) for _ in range(c.num_layers)])
+    self.final_norm = RMSNorm(c.hidden_size, c.rms_norm_eps, c.param_dtype)
+    if not c.tie_embeddings:
+      self.lm_head = _param(
+        rngs, (c.hidden_size, c.vocab_size), (EMBED, VOCAB), c.param_dtype
+      )
+
+  def __call__(
+    self,
+    tokens: Array,
+    positions: Array,
+    cache: KVCache,
+    write_index: Array,
+    token_mask: Array,
+    *,
+    return_hidden: bool = False,
+  ) -> tuple[Array, KVCache]:
+    """Runs T new tokens through the model, reading and writing the cache.
+
+    Args:
+      tokens: int [B, T].
+      positions: int [B, T] RoPE positions (see positions_from_mask).
+      cache: KVCache with S >= write_index + T slots.
+      write_index: scalar or int [B], cache index of tokens[:, 0].
+      token_mask: [B, T] 1 on real tokens (written into cache validity).
+      return_hidden: return the final hidden states [B, T, D] instead of logits.
+
+    Returns:
+      (fp32 logits [B, T, V] or hidden [B, T, D], updated cache).
+    """
+    c = self.config
+    b, t = tokens.shape
+    write_index = jnp.asarray(write_index, jnp.int32)
+    valid = write_cache(cache.valid, token_mask.astype(jnp.bool_), write_index)
+    start = write_index if write_index.ndim == 0 else write_index[:, None]
+    query_index = start + jnp.arange(t, dtype=jnp.int32)[None, :]
+    query_index = jnp.broadcast_to(query_index, (b, t))
+    mask = attention_mask(query_index, valid)
+    inv_freq = rope_inv_freq(c)
+
+    x = jnp.take(self.embed[...], tokens, axis=0).astype(c.dtype)
+    new_k, new_v = [], []
+    for i, layer in enumerate(self.layers):
+      x, k_i, v_i = layer(
+        x, positions, inv_freq, mask, cache.k[i], cache.v[i], write_index
+      )
+      new_k.append(k_i)
+      new_v.append(v_i)
+    x = self.final_norm(x)
+    new_cache = KVCache(tuple(new_k), tuple(new_v), valid)
+    if return_hidden:
+      return x, new_cache
+    return self.project(x), new_cache
+
+  def project(self, hidden: Array) -> Array:
+    """fp32 logits [B, T, V] from final hidden states [B, T, D]."""
+    c = self.config
+    if c.tie_embeddings:
+      w = self.embed[...].astype(c.dtype)
+      return jnp.einsum('btd,vd->btv', hidden, w, preferred_element_type=jnp.float32)
+    w = self.lm_head[...].astype(c.dtype)
+    return jnp.einsum('btd,dv->btv', hidden, w, preferred_element_type=jnp.float32)
+
+  def forward(self, tokens: Array, mask: Array) -> Array:
+    """Full forward without a persistent cache: fp32 logits [B, T, V]."""
+    b, t = tokens.shape
+    cache = init_cache(self.config, b, t)
+    logits, _ = self(tokens, positions_from_mask(mask), cache, jnp.int32(0), mask)
+    return logits
+
+
+@functools.partial(jax.jit, static_argnums=0)
+def _logits_jit(graphdef, state, tokens, mask):
+  return nnx.merge(graphdef, state).forward(tokens, mask)
+
+
+def logits(model: Transformer, tokens: Array, mask: Array) -> Array:
+  """Full forward: float32 logits [B, T, V] for int tokens [B, T] (may be left-padded).
+
+  `mask` is 1 on real tokens. Outputs at padding positions are finite but
+  meaningless.
+  """
+  graphdef, state = nnx.split(model)
+  return _logits_jit(
+    graphdef, state, jnp.asarray(tokens, jnp.int32), jnp.asarray(mask, jnp.int32)
+  )
+
+
+def create_model(config: ModelConfig, seed: int = 0) -> Transformer:
+  """A randomly initialised model on the default device (see sharding.create_sharded_model)."""
+  return Transformer(config, rngs=nnx.Rngs(seed))
+
+
+def count_params(model: Transformer) -> int:
+  """Number of parameters."""
+  return sum(x.size for x in jax.tree.leaves(nnx.state(model, nnx.Param)))

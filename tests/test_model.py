@@ -1,0 +1,95 @@
+"""Model numerics against transformers and against its own full forward."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from ada_jax import hf
+from ada_jax import model as model_lib
+from tests import hf_fixtures
+
+
+@pytest.mark.parametrize('variant', list(hf_fixtures.VARIANTS))
+def test_logits_match_transformers_left_padded(hf_models, variant):
+  path, torch_model = hf_models[variant]
+  tokens, mask = hf_fixtures.left_padded_batch(
+    np.random.RandomState(0), [24, 17, 5, 1], 24
+  )
+  ours = np.asarray(model_lib.logits(hf.load_model(path), tokens, mask))
+  ref = hf_fixtures.torch_logits(torch_model, tokens, mask)
+  real = mask.astype(bool)
+  assert ours.dtype == np.float32 and ours.shape == (4, 24, hf_fixtures.VOCAB)
+  diff = np.abs(ours - ref)[real].max()
+  assert diff <= 1e-4, f'{variant}: max abs diff {diff}'
+
+
+def test_left_padding_does_not_change_logits(hf_models):
+  path, _ = hf_models['qwen2_tied']
+  model = hf.load_model(path)
+  tokens, mask = hf_fixtures.left_padded_batch(np.random.RandomState(1), [9], 9)
+  padded = np.concatenate([np.zeros((1, 7), np.int32), tokens], 1)
+  pmask = np.concatenate([np.zeros((1, 7), np.int32), mask], 1)
+  a = np.asarray(model_lib.logits(model, tokens, mask))[0]
+  b = np.asarray(model_lib.logits(model, padded, pmask))[0, 7:]
+  np.testing.assert_allclose(a, b, atol=1e-5)
+
+
+@pytest.mark.parametrize('variant', ['qwen3', 'llama3_tied'])
+@pytest.mark.parametrize('per_row_index', [False, True])
+def test_incremental_decode_equals_full_forward(hf_models, variant, per_row_index):
+  path, _ = hf_models[variant]
+  model = hf.load_model(path)
+  c = model.config
+  b, prompt, total = 3, 6, 14
+  tokens, mask = hf_fixtures.left_padded_batch(
+    np.random.RandomState(2), [6, 4, 2], prompt
+  )
+  rest = np.random.RandomState(3).randint(3, c.vocab_size, (b, total - prompt))
+  full_tokens = np.concatenate([tokens, rest], 1).astype(np.int32)
+  full_mask = np.concatenate([mask, np.ones_like(rest)], 1).astype(np.int32)
+  expected = np.asarray(model_lib.logits(model, full_tokens, full_mask))
+
+  cache = model_lib.init_cache(c, b, total)
+  idx = jnp.zeros((b,), jnp.int32) if per_row_index else jnp.int32(0)
+  pos = model_lib.positions_from_mask(jnp.asarray(mask))
+  out, cache = model(jnp.asarray(tokens), pos, cache, idx, jnp.asarray(mask))
+  real = mask.astype(bool)
+  np.testing.assert_allclose(
+    np.asarray(out)[real], expected[:, :prompt][real], atol=1e-4
+  )
+  next_pos = pos[:, -1] + 1
+  for t in range(prompt, total):
+    idx_t = jnp.full((b,), t, jnp.int32) if per_row_index else jnp.int32(t)
+    out, cache = model(
+      jnp.asarray(full_tokens[:, t : t + 1]),
+      next_pos[:, None],
+      cache,
+      idx_t,
+      jnp.ones((b, 1), jnp.int32),
+    )
+    np.testing.assert_allclose(
+      np.asarray(out)[:, 0], expected[:, t], atol=1e-4, err_msg=f'position {t}'
+    )
+    next_pos = next_pos + 1
+
+
+def test_bf16_compute_gives_fp32_logits_close_to_fp32(hf_models):
+  path, _ = hf_models['qwen2_untied']
+  tokens, mask = hf_fixtures.left_padded_batch(np.random.RandomState(4), [8, 5], 8)
+  f32 = np.asarray(model_lib.logits(hf.load_model(path), tokens, mask))
+  bf16_model = hf.load_model(path, dtype=jnp.bfloat16, param_dtype=jnp.float32)
+  bf = model_lib.logits(bf16_model, tokens, mask)
+  assert bf.dtype == jnp.float32
+  assert jax.tree.leaves(bf16_model)[0].dtype == jnp.float32  # fp32 master params.
+  real = mask.astype(bool)
+  assert np.abs(np.asarray(bf) - f32)[real].max() < 0.1
+
+
+def test_every_param_has_logical_axes(hf_models):
+  from flax import nnx
+
+  model = hf.load_model(hf_models['qwen3'][0])
+  for path, var in nnx.to_flat_state(nnx.state(model, nnx.Param)):
+    axes = var.get_metadata().get('axes')
+    assert axes is not None and len(axes) == var.get_value().ndim, path
