@@ -1,0 +1,323 @@
+r"""`ada_math_local`: the reference's prompt sets and eval sets, from local files.
+
+TPU VMs often cannot reach the HF hub, so this builder never downloads: the
+user copies JSONL or Parquet files into `<manual_dir>/<config name>/` (any
+depth below it) and TFDS turns them into array_record files once.
+
+One config per published set (see `CONFIGS`). Field names are configurable
+because the sets disagree: prompt sets have `problem`/`gt`, the validation
+set `problem`/`answer`, raw sources `prompt`/`solution`, where the reference
+is the last `\boxed{...}` of the solution. Dotted names reach into nested
+columns (`reward_model.ground_truth` in verl parquet files).
+
+Bad rows (missing or empty problem or answer, unparsable JSON) are skipped
+and reported in one warning with file and line; zero valid rows is an error
+that names the files.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import re
+import warnings
+from collections.abc import Iterator, Sequence
+from typing import Any, ClassVar
+
+import tensorflow_datasets as tfds
+from etils import epath
+
+from ada_jax import datasets as datasets_lib
+
+_EXTENSIONS = ('.jsonl', '.json', '.parquet')
+# Bad-row locations listed in the warning; the count is always exact.
+_MAX_LISTED = 20
+
+
+@dataclasses.dataclass
+class AdaMathLocalConfig(tfds.core.BuilderConfig):
+  r"""Where one set comes from and which fields hold what.
+
+  Attributes:
+    hf_id: the HF dataset to fetch on a machine with internet.
+    split: the split its rows go to ('train' for prompt sets, 'test' for
+      eval sets); in prompt sets, files named `test-*`/`validation-*` (HF
+      split files) go to those splits instead.
+    problem_fields: candidates for the problem text, first present wins.
+    answer_fields: candidates for the reference answer, first present wins.
+    solution_fields: candidates for a worked solution whose last `\boxed{}`
+      is the reference, used when no answer field is present.
+    subdir: folder under the manual dir (default: the config name).
+  """
+
+  hf_id: str = ''
+  split: str = 'train'
+  problem_fields: tuple[str, ...] = ('problem',)
+  answer_fields: tuple[str, ...] = ('gt', 'answer')
+  solution_fields: tuple[str, ...] = ('solution',)
+  subdir: str = ''
+
+
+def _cfg(name: str, hf_id: str, split: str, **kw: Any) -> AdaMathLocalConfig:
+  return AdaMathLocalConfig(
+    name=name, hf_id=hf_id, split=split, description=f'{hf_id} ({split})', **kw
+  )
+
+
+# Reference section 6 and 8.2. The eval sets' answer column is not documented
+# upstream, so they accept the common names in order.
+_EVAL_ANSWERS = ('answer', 'gt', 'final_answer', 'ground_truth')
+CONFIGS: tuple[AdaMathLocalConfig, ...] = (
+  _cfg('simple_1p5b', 'RLHFlow/reinforce_ada_simple_prompt_1-5b', 'train'),
+  _cfg('hard_1p5b', 'RLHFlow/reinforce_ada_hard_prompt_1-5b', 'train'),
+  _cfg('easy_7b', 'RLHFlow/reinforce_ada_easy_prompt', 'train'),
+  _cfg('hard_7b', 'RLHFlow/reinforce_ada_hard_prompt', 'train'),
+  _cfg('hard_llama', 'RLHFlow/reinforce_ada_hard_prompt_llama', 'train'),
+  _cfg('validate', 'weqweasdas/validate', 'test', answer_fields=_EVAL_ANSWERS),
+  _cfg('math500', 'weqweasdas/math500', 'test', answer_fields=_EVAL_ANSWERS),
+  _cfg('minerva_math', 'weqweasdas/minerva_math', 'test', answer_fields=_EVAL_ANSWERS),
+  _cfg(
+    'olympiadbench', 'weqweasdas/olympiadbench', 'test', answer_fields=_EVAL_ANSWERS
+  ),
+  _cfg(
+    'aime_like',
+    'weqweasdas/aime_hmmt_brumo_cmimc_amc23',
+    'test',
+    answer_fields=_EVAL_ANSWERS,
+  ),
+  # Any other set, e.g. raw OpenR1-Math rows (`problem`/`solution`).
+  _cfg(
+    'custom',
+    '',
+    'train',
+    problem_fields=('problem', 'prompt', 'question'),
+    answer_fields=('gt', 'answer'),
+    solution_fields=('solution',),
+  ),
+)
+
+
+def instructions(config: AdaMathLocalConfig, manual_dir: str) -> str:
+  """What to put where for `config`, for error messages."""
+  folder = config.subdir or config.name
+  where = os.path.join(manual_dir, folder)
+  if not config.hf_id:
+    return f'Put JSONL or Parquet files of your set under {where}/.'
+  return (
+    f'Put the JSONL or Parquet files of {config.hf_id} under {where}/, e.g. on '
+    f'a machine with internet: hf download {config.hf_id} --repo-type dataset '
+    f'--local-dir {folder}, then copy that folder to {where} (see README, '
+    '"Data").'
+  )
+
+
+def last_boxed(text: str) -> str | None:
+  r"""Content of the last `\boxed{...}` (or `\fbox{...}`), braces balanced."""
+  start = max(text.rfind('\\boxed{'), text.rfind('\\fbox{'))
+  if start < 0:
+    return None
+  i = text.index('{', start) + 1
+  depth, begin = 1, i
+  while i < len(text):
+    if text[i] == '{':
+      depth += 1
+    elif text[i] == '}':
+      depth -= 1
+      if depth == 0:
+        return text[begin:i]
+    i += 1
+  return None
+
+
+def _get(row: dict[str, Any], dotted: str) -> Any:
+  value: Any = row
+  for part in dotted.split('.'):
+    if not isinstance(value, dict) or part not in value:
+      return None
+    value = value[part]
+  return value
+
+
+def _as_text(value: Any) -> str | None:
+  if isinstance(value, bool) or value is None:
+    return None
+  if isinstance(value, int | float):
+    return str(value)
+  if isinstance(value, list | tuple):
+    parts = [_as_text(v) for v in value]
+    return ', '.join(p for p in parts if p) or None
+  if isinstance(value, str):
+    return value.strip() or None
+  return None
+
+
+def _first(row: dict[str, Any], fields: Sequence[str]) -> str | None:
+  for field in fields:
+    text = _as_text(_get(row, field))
+    if text:
+      return text
+  return None
+
+
+def parse_row(
+  row: Any, config: AdaMathLocalConfig
+) -> tuple[dict[str, Any] | None, str]:
+  """(features, '') for a good row, (None, reason) for a bad one."""
+  if not isinstance(row, dict):
+    return None, 'not a JSON object'
+  problem = _first(row, config.problem_fields)
+  if problem is None:
+    return None, f'missing or empty {"/".join(config.problem_fields)}'
+  reference = _first(row, config.answer_fields)
+  if reference is None:
+    solution = _first(row, config.solution_fields)
+    reference = last_boxed(solution).strip() if solution else None
+    reference = reference or None
+  if reference is None:
+    names = [
+      *config.answer_fields,
+      *(f'\\boxed in {f}' for f in config.solution_fields),
+    ]
+    return None, f'missing or empty {"/".join(names)}'
+  level = re.search(r'\d+', str(row.get('level', '')))
+  return {
+    'problem': problem,
+    'reference': reference,
+    'prompt_key': datasets_lib.prompt_key(problem),
+    'level': int(level.group()) if level else -1,
+  }, ''
+
+
+def read_rows(path: str) -> Iterator[tuple[int, Any]]:
+  """(line or row number from 1, row) of a JSONL, JSON array or Parquet file.
+
+  A JSONL line that does not parse yields the `ValueError` as its row, so the
+  caller counts it with the other bad rows.
+  """
+  if path.endswith('.parquet'):
+    import pyarrow.parquet as pq  # Imported here: only Parquet users pay for it.
+
+    for i, row in enumerate(pq.read_table(path).to_pylist(), start=1):
+      yield i, row
+    return
+  with open(path, encoding='utf-8') as f:
+    text = f.read()
+  if path.endswith('.json') and text.lstrip().startswith('['):
+    yield from enumerate(json.loads(text), start=1)
+    return
+  for i, line in enumerate(text.splitlines(), start=1):
+    if not line.strip():
+      continue
+    try:
+      yield i, json.loads(line)
+    except ValueError as e:
+      yield i, ValueError(f'invalid JSON ({e.msg})')
+
+
+def find_files(root: str) -> list[str]:
+  """Data files under `root`, sorted (any depth, hidden folders skipped)."""
+  found = []
+  for dirpath, dirnames, filenames in os.walk(root):
+    dirnames[:] = sorted(d for d in dirnames if not d.startswith('.'))
+    found += [os.path.join(dirpath, n) for n in filenames if n.endswith(_EXTENSIONS)]
+  return sorted(found)
+
+
+def split_of(path: str, config: AdaMathLocalConfig) -> str:
+  """The split a file's rows go to (HF split file names win in prompt sets)."""
+  if config.split == 'train':
+    name = os.path.basename(path)
+    for split in ('test', 'validation'):
+      if name.startswith(split):
+        return split
+  return config.split
+
+
+def collect(
+  root: str, config: AdaMathLocalConfig
+) -> dict[str, list[tuple[str, dict[str, Any]]]]:
+  """Valid rows of every file under `root`, by split, keyed `file:line`.
+
+  Raises:
+    FileNotFoundError: `root` is missing or holds no data file.
+    ValueError: no file has a valid row (names the files and their columns).
+  """
+  files = find_files(root) if os.path.isdir(root) else []
+  if not files:
+    raise FileNotFoundError(
+      f'No .jsonl/.json/.parquet files found under {root}. '
+      + instructions(config, os.path.dirname(root))
+    )
+  splits: dict[str, list[tuple[str, dict[str, Any]]]] = {}
+  bad: list[str] = []
+  columns: dict[str, list[str]] = {}
+  for path in files:
+    rel = os.path.relpath(path, root)
+    for line, row in read_rows(path):
+      if isinstance(row, dict) and path not in columns:
+        columns[path] = sorted(row)
+      features, reason = (
+        (None, str(row)) if isinstance(row, Exception) else parse_row(row, config)
+      )
+      if features is None:
+        bad.append(f'{path}:{line} ({reason})')
+        continue
+      splits.setdefault(split_of(path, config), []).append((f'{rel}:{line}', features))
+  if not splits:
+    seen = '; '.join(f'{p} has columns {c}' for p, c in columns.items())
+    raise ValueError(
+      f'ada_math_local/{config.name}: zero valid rows in {", ".join(files)} '
+      f'({len(bad)} bad rows; {seen or "no JSON objects"}). Expected the problem '
+      f'in one of {list(config.problem_fields)} and the answer in one of '
+      f'{list(config.answer_fields)} or a \\boxed{{}} in '
+      f'{list(config.solution_fields)}.'
+    )
+  if bad:
+    listed = '; '.join(bad[:_MAX_LISTED])
+    more = f'; and {len(bad) - _MAX_LISTED} more' if len(bad) > _MAX_LISTED else ''
+    warnings.warn(
+      f'ada_math_local/{config.name}: skipped {len(bad)} bad rows: {listed}{more}',
+      stacklevel=2,
+    )
+  return splits
+
+
+class AdaMathLocal(tfds.core.GeneratorBasedBuilder):
+  """Math prompt and eval sets from local JSONL/Parquet files."""
+
+  VERSION = tfds.core.Version('1.0.0')
+  # TFDS derives this from the package's resources, which for an editable
+  # install needs the `importlib_resources` backport; the file is enough.
+  code_path = epath.Path(__file__)
+  RELEASE_NOTES: ClassVar[dict[str, str]] = {
+    '1.0.0': 'Reference prompt sets and eval sets.'
+  }
+  BUILDER_CONFIGS: ClassVar[list[tfds.core.BuilderConfig]] = list(CONFIGS)
+  MANUAL_DOWNLOAD_INSTRUCTIONS = (
+    'Put each set in <manual_dir>/<config name>/ as JSONL or Parquet files; '
+    'README "Data" lists the config names and fetch commands.'
+  )
+
+  def _info(self) -> tfds.core.DatasetInfo:
+    return tfds.core.DatasetInfo(
+      builder=self,
+      description=__doc__,
+      features=datasets_lib.features(),
+    )
+
+  def _split_generators(self, dl_manager):
+    try:
+      manual_dir = os.fspath(dl_manager.manual_dir)
+    except AssertionError as e:  # TFDS's way of saying it is missing or empty.
+      raise FileNotFoundError(
+        f'{e}\n{instructions(self.builder_config, "<manual_dir>")}'
+      ) from e
+    config = self.builder_config
+    root = os.path.join(manual_dir, config.subdir or config.name)
+    splits = collect(root, self.builder_config)
+    return {split: self._generate_examples(rows) for split, rows in splits.items()}
+
+  def _generate_examples(self, rows):
+    # `file:line` keys are unique even when a problem repeats.
+    yield from rows
