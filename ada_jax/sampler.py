@@ -1,0 +1,371 @@
+"""KV-cached batched sampling over fixed-shape slots: one compile per run.
+
+Two entry points share one compiled decode program:
+
+  sample(model, prompt_tokens, prompt_mask, ...)          plain batched sampling
+  prefill(model, prompt_tokens, prompt_mask) -> PromptCache   once per RL step
+  sample_round(model, prompt_cache, slot_prompt, ...)     every round of the step
+
+`prefill` runs the step's B prompts once and keeps their KV cache and
+last-position logits. Each round, `sample_round` gathers the prefix KV of the
+prompt each slot continues (slot_prompt[s], -1 = idle slot) instead of
+re-running the prompt, and decodes all S slots in one `lax.while_loop` that
+stops as soon as every live slot has emitted an EOS. The prompt cache is only
+read (never donated), so every round of the step reuses it.
+
+Sampling knobs are traced arrays: temperature, top_p and top_k per slot [S],
+EOS ids padded to MAX_EOS_IDS. Changing them, or the slot assignment, never
+recompiles; S, the prompt bucket P and the generation length N fix the shapes.
+
+Log-probabilities: `logprobs[s, t]` is the fp32 log-probability of the
+sampled token under softmax(logits / temperature) over the FULL vocabulary,
+the quantity the trainer recomputes from its own forward pass (so their gap
+can be logged). top-k / top-p only restrict which tokens may be drawn; they do
+not renormalise the reported log-probability (a filtered draw therefore has a
+logprob no larger than under the truncated distribution). At temperature 0
+(greedy) it is the log-softmax of the raw logits.
+
+Dimension legend:
+  B: prompts of the step          S: sampling slots of a round
+  P: prompt bucket (left-padded)  N: max new tokens
+  V: vocab   L: layers   G: KV heads   K: head dim   E: MAX_EOS_IDS
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Sequence
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+from jax.sharding import NamedSharding, PartitionSpec
+
+from ada_jax import model as model_lib
+from ada_jax import sharding as sharding_lib
+
+Array = jax.Array
+MAX_EOS_IDS = 8
+
+
+class Rollout(NamedTuple):
+  """Sampled continuations; entries after a row's first EOS are masked."""
+
+  tokens: Array  # int32 [S, N]
+  logprobs: Array  # fp32 [S, N]
+  mask: Array  # int32 [S, N], 1 up to and including the first EOS
+  lengths: Array  # int32 [S]
+
+
+class PromptCache(NamedTuple):
+  """The step's prompts, run once: per-layer KV [B, P, G, K] and what decoding needs."""
+
+  k: tuple[Array, ...]
+  v: tuple[Array, ...]
+  valid: Array  # bool [B, P]
+  last_logits: Array  # fp32 [B, V], logits after the last prompt token
+  lengths: Array  # int32 [B], real prompt lengths (first new token's position)
+
+
+def _mesh_of(state: nnx.State):
+  """The mesh of concrete (non-traced) params, None when not mesh-sharded."""
+  leaf = jax.tree.leaves(state)[0]
+  sh = getattr(leaf, 'sharding', None)
+  return sh.mesh if isinstance(sh, NamedSharding) else None
+
+
+def _rows_sharding(mesh, rows: int, ndim: int):
+  """Rows (prompts or slots) split over the data axes when they divide."""
+  if mesh is None or rows % sharding_lib.data_parallel_size(mesh):
+    return None
+  return NamedSharding(
+    mesh, PartitionSpec(sharding_lib.BATCH_AXES, *([None] * (ndim - 1)))
+  )
+
+
+def _constrain(x: Array, sh) -> Array:
+  return x if sh is None else jax.lax.with_sharding_constraint(x, sh)
+
+
+@functools.partial(jax.jit, static_argnums=(0, 1, 5))
+def _prefill_jit(graphdef, mesh, state, tokens, mask, kv_dtype):
+  model = nnx.merge(graphdef, state)
+  b, p = tokens.shape
+  cache = model_lib.init_cache(model.config, b, p, kv_dtype)
+  sh = _rows_sharding(mesh, b, 4)
+  cache = model_lib.KVCache(
+    tuple(_constrain(x, sh) for x in cache.k),
+    tuple(_constrain(x, sh) for x in cache.v),
+    cache.valid,
+  )
+  positions = model_lib.positions_from_mask(mask)
+  hidden, cache = model(
+    tokens, positions, cache, jnp.int32(0), mask, return_hidden=True
+  )
+  # Left padding: the last column is every row's last real token.
+  last = model.project(hidden[:, -1:])[:, 0]
+  lengths = jnp.sum(mask, axis=-1).astype(jnp.int32)
+  return PromptCache(cache.k, cache.v, cache.valid, last, lengths)
+
+
+def prefill(
+  model: model_lib.Transformer,
+  prompt_tokens: Array,
+  prompt_mask: Array,
+  *,
+  kv_dtype: Any = None,
+) -> PromptCache:
+  """Runs the step's B left-padded prompts [B, P] once; returns their cache.
+
+  Args:
+    model: the policy (ideally in the sampling layout, see sharding.py).
+    prompt_tokens: int [B, P], left-padded.
+    prompt_mask: [B, P], 1 on real tokens; every row needs >= 1 real token.
+    kv_dtype: cache dtype; default the model's compute dtype (fp32 tests stay
+      exact), e.g. jnp.bfloat16 to halve cache memory.
+  """
+  graphdef, state = nnx.split(model)
+  kv_dtype = jnp.dtype(kv_dtype or model.config.dtype)
+  return _prefill_jit(
+    graphdef,
+    _mesh_of(state),
+    state,
+    _as(prompt_tokens, np.int32),
+    _as(prompt_mask, np.int32),
+    kv_dtype,
+  )
+
+
+def _filter_logits(scaled: Array, top_p: Array, top_k: Array) -> Array:
+  """-inf outside each row's top-k / nucleus set; scaled logits [S, V]."""
+  v = scaled.shape[-1]
+  sorted_desc = -jnp.sort(-scaled, axis=-1)
+  rank = jnp.arange(v, dtype=jnp.int32)[None, :]
+  k = jnp.where(top_k > 0, jnp.minimum(top_k, v), v)[:, None]
+  in_k = rank < k
+  masked = jnp.where(in_k, sorted_desc, -jnp.inf)
+  probs = jax.nn.softmax(masked, axis=-1)
+  before = jnp.cumsum(probs, axis=-1) - probs
+  keep = in_k & ((before < top_p[:, None]) | (rank == 0))
+  n_keep = jnp.sum(keep, axis=-1)
+  threshold = jnp.take_along_axis(sorted_desc, (n_keep - 1)[:, None], axis=-1)
+  return jnp.where(scaled >= threshold, scaled, -jnp.inf)
+
+
+def _choose(
+  logits: Array, key: Array, temperature, top_p, top_k
+) -> tuple[Array, Array]:
+  """Next token [S] and its fp32 logprob under softmax(logits / T) (full vocab)."""
+  greedy = temperature <= 0
+  t = jnp.where(greedy, 1.0, temperature)[:, None]
+  scaled = logits / t
+  logp_all = jax.nn.log_softmax(scaled, axis=-1)
+  needs_filter = jnp.any((top_p < 1.0) | (top_k > 0))
+  draw_from = jax.lax.cond(
+    needs_filter, lambda: _filter_logits(scaled, top_p, top_k), lambda: scaled
+  )
+  sampled = jax.random.categorical(key, draw_from, axis=-1)
+  token = jnp.where(greedy, jnp.argmax(logits, axis=-1), sampled).astype(jnp.int32)
+  logp = jnp.take_along_axis(logp_all, token[:, None], axis=-1)[:, 0]
+  return token, logp
+
+
+@functools.partial(jax.jit, static_argnums=(0, 1, 4))
+def _round_jit(
+  graphdef,
+  mesh,
+  state,
+  pc: PromptCache,
+  n: int,
+  slot_prompt,
+  rng,
+  temperature,
+  top_p,
+  top_k,
+  eos_ids,
+):
+  model = nnx.merge(graphdef, state)
+  s = slot_prompt.shape[0]
+  live = slot_prompt >= 0
+  idx = jnp.maximum(slot_prompt, 0)
+  p = pc.valid.shape[1]
+  sh4 = _rows_sharding(mesh, s, 4)
+  sh2 = _rows_sharding(mesh, s, 2)
+
+  def slot_cache(prefix):  # [B, P, G, K] -> [S, P + N, G, K]
+    x = jnp.take(prefix, idx, axis=0)
+    pad = jnp.zeros((s, n, *x.shape[2:]), x.dtype)
+    return _constrain(jnp.concatenate([x, pad], axis=1), sh4)
+
+  cache = model_lib.KVCache(
+    tuple(slot_cache(x) for x in pc.k),
+    tuple(slot_cache(x) for x in pc.v),
+    jnp.concatenate(
+      [jnp.take(pc.valid, idx, axis=0), jnp.zeros((s, n), jnp.bool_)], axis=1
+    ),
+  )
+  start_pos = jnp.take(pc.lengths, idx, axis=0)
+
+  def is_eos(tok):
+    return jnp.any(
+      (tok[:, None] == eos_ids[None, :]) & (eos_ids[None, :] >= 0), axis=-1
+    )
+
+  tok0, lp0 = _choose(
+    jnp.take(pc.last_logits, idx, axis=0),
+    jax.random.fold_in(rng, 0),
+    temperature,
+    top_p,
+    top_k,
+  )
+  tokens = _constrain(jnp.zeros((s, n), jnp.int32).at[:, 0].set(tok0), sh2)
+  logps = _constrain(jnp.zeros((s, n), jnp.float32).at[:, 0].set(lp0), sh2)
+  # alive[s]: the slot has not emitted EOS before the current column.
+  mask = _constrain(
+    jnp.zeros((s, n), jnp.int32).at[:, 0].set(live.astype(jnp.int32)), sh2
+  )
+  done = ~live | is_eos(tok0)
+
+  def cond(carry):
+    i, _, _, _, _, done, _ = carry
+    return (i < n) & ~jnp.all(done)
+
+  def body(carry):
+    i, cache, tokens, logps, mask, done, prev = carry
+    logits, cache = model(
+      prev[:, None],
+      (start_pos + i - 1)[:, None],
+      cache,
+      p + i - 1,
+      jnp.ones((s, 1), jnp.int32),
+    )
+    tok, lp = _choose(
+      logits[:, 0], jax.random.fold_in(rng, i), temperature, top_p, top_k
+    )
+    alive = ~done
+    tok = jnp.where(alive, tok, 0)
+    tokens = jax.lax.dynamic_update_slice(tokens, tok[:, None], (0, i))
+    logps = jax.lax.dynamic_update_slice(
+      logps, jnp.where(alive, lp, 0.0)[:, None], (0, i)
+    )
+    mask = jax.lax.dynamic_update_slice(mask, alive.astype(jnp.int32)[:, None], (0, i))
+    done = done | is_eos(tok)
+    # Keep slots split over the data axes through the loop (propagation alone
+    # may pick a replicated layout for the carry).
+    cache = model_lib.KVCache(
+      tuple(_constrain(x, sh4) for x in cache.k),
+      tuple(_constrain(x, sh4) for x in cache.v),
+      _constrain(cache.valid, sh2),
+    )
+    tokens, logps, mask = (_constrain(x, sh2) for x in (tokens, logps, mask))
+    return i + 1, cache, tokens, logps, mask, done, tok
+
+  carry = (jnp.int32(1), cache, tokens, logps, mask, done, tok0)
+  _, _, tokens, logps, mask, _, _ = jax.lax.while_loop(cond, body, carry)
+  tokens = _constrain(tokens * mask, sh2)
+  logps = _constrain(logps * mask, sh2)
+  lengths = jnp.sum(mask, axis=-1).astype(jnp.int32)
+  return Rollout(tokens, logps, _constrain(mask, sh2), lengths)
+
+
+def _as(x, dtype):
+  """To `dtype` without device ops for host data (eager device ops compile)."""
+  if isinstance(x, jax.Array):
+    return x if x.dtype == dtype else x.astype(dtype)
+  return np.asarray(x, dtype)
+
+
+def _per_slot(x, s: int, dtype, name: str):
+  arr = _as(x, dtype)
+  if arr.ndim == 0:
+    return (
+      np.full((s,), arr, dtype) if isinstance(arr, np.ndarray) else jnp.full((s,), arr)
+    )
+  if arr.shape != (s,):
+    raise ValueError(f'{name} must be a scalar or have shape ({s},), got {arr.shape}')
+  return arr
+
+
+def eos_array(eos_ids: Sequence[int] | Array) -> np.ndarray:
+  """EOS ids padded with -1 to MAX_EOS_IDS (a fixed shape: no recompiles)."""
+  ids = np.asarray(eos_ids, np.int32).reshape(-1)
+  if ids.size > MAX_EOS_IDS:
+    raise ValueError(f'at most {MAX_EOS_IDS} eos_ids, got {ids.size}')
+  return np.pad(ids, (0, MAX_EOS_IDS - ids.size), constant_values=-1)
+
+
+def sample_round(
+  model: model_lib.Transformer,
+  prompt_cache: PromptCache,
+  slot_prompt: Array,
+  *,
+  max_new_tokens: int,
+  rng: Array,
+  temperature: float | Array = 1.0,
+  top_p: float | Array = 1.0,
+  top_k: int | Array = 0,
+  eos_ids: Sequence[int] | Array = (),
+) -> Rollout:
+  """Decodes S slots, slot s continuing prompt slot_prompt[s] (-1: idle, masked).
+
+  Args:
+    model: the policy the prompt cache was made with.
+    prompt_cache: from `prefill`; read, not consumed.
+    slot_prompt: int [S] prompt index per slot, -1 for idle slots.
+    max_new_tokens: N, static (one compile per value).
+    rng: a jax PRNG key.
+    temperature: scalar or [S]; 0 means greedy.
+    top_p: scalar or [S] nucleus mass (1.0 = off).
+    top_k: scalar or [S] (0 = off).
+    eos_ids: up to MAX_EOS_IDS token ids that end a continuation.
+
+  Returns:
+    Rollout with [S, N] tokens / logprobs / mask and [S] lengths.
+  """
+  graphdef, state = nnx.split(model)
+  slot_prompt = _as(slot_prompt, np.int32)
+  s = slot_prompt.shape[0]
+  return _round_jit(
+    graphdef,
+    _mesh_of(state),
+    state,
+    prompt_cache,
+    int(max_new_tokens),
+    slot_prompt,
+    rng,
+    _per_slot(temperature, s, jnp.float32, 'temperature'),
+    _per_slot(top_p, s, jnp.float32, 'top_p'),
+    _per_slot(top_k, s, jnp.int32, 'top_k'),
+    eos_array(eos_ids),
+  )
+
+
+def sample(
+  model: model_lib.Transformer,
+  prompt_tokens: Array,
+  prompt_mask: Array,
+  *,
+  max_new_tokens: int,
+  rng: Array,
+  temperature: float | Array = 1.0,
+  top_p: float | Array = 1.0,
+  top_k: int | Array = 0,
+  eos_ids: Sequence[int] | Array = (),
+  kv_dtype: Any = None,
+) -> Rollout:
+  """Samples one continuation per left-padded prompt [B, P]; see sample_round."""
+  cache = prefill(model, prompt_tokens, prompt_mask, kv_dtype=kv_dtype)
+  b = cache.lengths.shape[0]
+  return sample_round(
+    model,
+    cache,
+    np.arange(b, dtype=np.int32),
+    max_new_tokens=max_new_tokens,
+    rng=rng,
+    temperature=temperature,
+    top_p=top_p,
+    top_k=top_k,
+    eos_ids=eos_ids,
+  )

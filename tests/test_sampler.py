@@ -1,0 +1,232 @@
+"""Sampler against transformers generate, full-forward logprobs, distributions."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from scipy import stats
+
+from ada_jax import compiles, hf, sampler, sharding
+from ada_jax import model as model_lib
+from tests import hf_fixtures
+
+N = 10
+
+
+def _prompts(seed=0):
+  return hf_fixtures.left_padded_batch(
+    np.random.RandomState(seed), [9, 6, 3, 9, 1, 5], 9
+  )
+
+
+def _pick_eos(tokens: np.ndarray) -> int:
+  """A token whose first appearance in some row is mid-budget (EOS test)."""
+  for pos in range(2, N - 2):
+    for row in tokens:
+      if row[pos] not in row[:pos]:
+        return int(row[pos])
+  raise AssertionError(f'no mid-budget token to use as EOS in {tokens}')
+
+
+@pytest.mark.parametrize('variant', list(hf_fixtures.VARIANTS))
+def test_greedy_equals_transformers_generate_with_eos(hf_models, variant):
+  import torch
+
+  path, torch_model = hf_models[variant]
+  model = hf.load_model(path)
+  tokens, mask = _prompts()
+  free = sampler.sample(
+    model, tokens, mask, max_new_tokens=N, rng=jax.random.key(0), temperature=0.0
+  )
+  eos = _pick_eos(np.asarray(free.tokens))
+  ours = sampler.sample(
+    model,
+    tokens,
+    mask,
+    max_new_tokens=N,
+    rng=jax.random.key(1),
+    temperature=0.0,
+    eos_ids=[eos],
+  )
+  with torch.no_grad():
+    ref = torch_model.generate(
+      input_ids=torch.tensor(tokens, dtype=torch.long),
+      attention_mask=torch.tensor(mask, dtype=torch.long),
+      max_new_tokens=N,
+      do_sample=False,
+      eos_token_id=eos,
+      pad_token_id=0,
+    )[:, tokens.shape[1] :].numpy()
+  got, lengths, m = (np.asarray(x) for x in (ours.tokens, ours.lengths, ours.mask))
+  assert (lengths < N).any(), 'EOS never fired inside the budget'
+  for row in range(len(tokens)):
+    n = lengths[row]
+    np.testing.assert_array_equal(
+      got[row, :n], ref[row, :n], err_msg=f'{variant} row {row}'
+    )
+    assert m[row, :n].all() and not m[row, n:].any()
+    if n < N:
+      assert got[row, n - 1] == eos and eos not in got[row, : n - 1]
+
+
+@pytest.mark.parametrize('temperature', [0.0, 0.7])
+def test_logprobs_equal_full_forward(hf_models, temperature):
+  model = hf.load_model(hf_models['qwen3'][0])
+  tokens, mask = _prompts(1)
+  r = sampler.sample(
+    model,
+    tokens,
+    mask,
+    max_new_tokens=N,
+    rng=jax.random.key(2),
+    temperature=temperature,
+    eos_ids=[5, 7],
+  )
+  full = np.concatenate([tokens, np.asarray(r.tokens)], 1)
+  fmask = np.concatenate([mask, np.asarray(r.mask)], 1)
+  logits = np.asarray(model_lib.logits(model, full, fmask))[:, tokens.shape[1] - 1 : -1]
+  scale = temperature if temperature > 0 else 1.0
+  logp = np.asarray(jax.nn.log_softmax(logits / scale, axis=-1))
+  ref = np.take_along_axis(logp, np.asarray(r.tokens)[..., None], -1)[..., 0]
+  m = np.asarray(r.mask).astype(bool)
+  assert np.abs(ref - np.asarray(r.logprobs))[m].max() <= 1e-4
+  assert (np.asarray(r.logprobs)[~m] == 0).all()
+
+
+def test_first_token_frequencies_follow_softmax(hf_models):
+  model = hf.load_model(hf_models['qwen2_untied'][0])
+  tokens, mask = _prompts(2)
+  cache = sampler.prefill(model, tokens, mask)
+  s, t = 4096, 1.3
+  r = sampler.sample_round(
+    model,
+    cache,
+    jnp.zeros((s,), jnp.int32),
+    max_new_tokens=2,
+    rng=jax.random.key(3),
+    temperature=t,
+  )
+  probs = np.asarray(jax.nn.softmax(cache.last_logits[0] / t)).astype(np.float64)
+  probs /= probs.sum()
+  counts = np.bincount(np.asarray(r.tokens[:, 0]), minlength=probs.size)
+  expected = probs * s
+  big = expected >= 5  # chi-square needs expected counts >= 5; pool the rest.
+  assert big.sum() >= 10  # A distribution worth testing, not one spike.
+  obs, exp = counts[big], expected[big]
+  if (~big).any():
+    obs, exp = np.append(obs, counts[~big].sum()), np.append(exp, expected[~big].sum())
+  _, p_value = stats.chisquare(obs, exp)
+  assert p_value > 1e-3, p_value
+  logp = np.log(probs)[np.asarray(r.tokens[:, 0])]
+  np.testing.assert_allclose(np.asarray(r.logprobs[:, 0]), logp, atol=1e-5)
+
+
+def test_top_k_and_top_p_stay_in_allowed_set(hf_models):
+  model = hf.load_model(hf_models['llama3_untied'][0])
+  tokens, mask = _prompts(3)
+  s = 512
+  top_k = np.where(np.arange(s) < s // 2, 3, 0).astype(np.int32)
+  top_p = np.where(np.arange(s) < s // 2, 1.0, 0.6).astype(np.float32)
+  slot_prompt = np.arange(s) % len(tokens)
+  cache = sampler.prefill(model, tokens, mask)
+  r = sampler.sample_round(
+    model,
+    cache,
+    slot_prompt,
+    max_new_tokens=6,
+    rng=jax.random.key(4),
+    temperature=1.0,
+    top_p=top_p,
+    top_k=top_k,
+  )
+  full = np.concatenate([tokens[slot_prompt], np.asarray(r.tokens)], 1)
+  fmask = np.concatenate([mask[slot_prompt], np.asarray(r.mask)], 1)
+  logits = np.asarray(model_lib.logits(model, full, fmask))[:, tokens.shape[1] - 1 : -1]
+  chosen = np.asarray(r.tokens)
+  order = np.argsort(-logits, axis=-1)
+  rank = np.argmax(order == chosen[..., None], axis=-1)
+  assert (rank[: s // 2] < 3).all()
+  assert (rank[: s // 2] == 2).any()  # The filter is not stricter than asked.
+  probs = np.asarray(jax.nn.softmax(logits, axis=-1))
+  sorted_p = np.take_along_axis(probs, order, -1)
+  mass_before = np.cumsum(sorted_p, -1) - sorted_p
+  chosen_mass_before = np.take_along_axis(mass_before, rank[..., None], -1)[..., 0]
+  assert (chosen_mass_before[s // 2 :] < 0.6 + 1e-5).all()
+
+
+def test_prompt_cache_rounds_equal_plain_sample(hf_models):
+  model = hf.load_model(hf_models['qwen2_tied'][0])
+  tokens, mask = _prompts(4)
+  cache = sampler.prefill(model, tokens, mask)
+  slot_prompt = np.array([2, 0, 5, 5, -1, 1, 3, 0])
+  rng = jax.random.key(5)
+  for rnd in range(2):  # The cache is reused, not consumed.
+    key = jax.random.fold_in(rng, rnd)
+    a = sampler.sample_round(
+      model, cache, slot_prompt, max_new_tokens=N, rng=key, eos_ids=[4]
+    )
+    sp = np.maximum(slot_prompt, 0)
+    b = sampler.sample(
+      model, tokens[sp], mask[sp], max_new_tokens=N, rng=key, eos_ids=[4]
+    )
+    live = slot_prompt >= 0
+    np.testing.assert_array_equal(
+      np.asarray(a.tokens)[live], np.asarray(b.tokens)[live]
+    )
+    np.testing.assert_allclose(
+      np.asarray(a.logprobs)[live], np.asarray(b.logprobs)[live], atol=1e-5
+    )
+    assert (
+      not np.asarray(a.mask)[~live].any() and (np.asarray(a.lengths)[~live] == 0).all()
+    )
+
+
+def test_no_recompile_when_knobs_or_slots_change(hf_models):
+  model = hf.load_model(hf_models['qwen3'][0])
+  tokens, mask = _prompts(5)
+  cache = sampler.prefill(model, tokens, mask)
+  kw = dict(max_new_tokens=N)
+  sampler.sample_round(model, cache, np.zeros(8, np.int32), rng=jax.random.key(0), **kw)
+  with compiles.assert_no_compiles('sample_round'):
+    for i, (t, p, k, eos, sp) in enumerate(
+      [
+        (0.0, 1.0, 0, (), np.arange(8) % 6),
+        (0.5, 0.9, 0, (3,), np.array([-1] * 7 + [2])),
+        (np.linspace(0, 1, 8), 1.0, 5, (3, 9, 11), np.arange(8) % 3),
+        (1.2, np.full(8, 0.3), np.arange(8), (1, 2, 3, 4, 5, 6, 7, 8), np.full(8, -1)),
+      ]
+    ):
+      r = sampler.sample_round(
+        model,
+        cache,
+        sp,
+        rng=jax.random.key(i),
+        temperature=t,
+        top_p=p,
+        top_k=k,
+        eos_ids=eos,
+        **kw,
+      )
+      jax.block_until_ready(r)
+
+
+@pytest.mark.parametrize('temperature', [0.0, 1.0])
+def test_sharded_sampling_equals_unsharded(hf_models, temperature):
+  path = hf_models['qwen2_tied'][0]
+  tokens, mask = hf_fixtures.left_padded_batch(
+    np.random.RandomState(6), [9, 2, 7, 4] * 2, 9
+  )
+  kw = dict(
+    max_new_tokens=N, rng=jax.random.key(7), temperature=temperature, eos_ids=[3]
+  )
+  ref = sampler.sample(hf.load_model(path), tokens, mask, **kw)
+  mesh = sharding.make_mesh((2, 2, 2))
+  model = hf.load_model(path, mesh=mesh, rules=sharding.SAMPLE_RULES)
+  x = jax.device_put(tokens, sharding.batch_sharding(mesh))
+  m = jax.device_put(mask, sharding.batch_sharding(mesh))
+  got = sampler.sample(model, x, m, **kw)
+  assert got.tokens.sharding.spec[0] == sharding.BATCH_AXES
+  np.testing.assert_array_equal(np.asarray(got.tokens), np.asarray(ref.tokens))
+  np.testing.assert_allclose(
+    np.asarray(got.logprobs), np.asarray(ref.logprobs), atol=1e-4
+  )
