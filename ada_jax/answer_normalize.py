@@ -1,0 +1,311 @@
+"""Answer extraction (last boxed answer) and string normalisation for the verifier.
+
+Both sides of a comparison go through the same ``normalize``; the policy it
+implements is written once in the ``ada_jax.verifier`` module docstring. All
+regular expressions here run on a box content that is already capped in
+length, and extraction itself is a linear scan (no regex over the response).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+
+MAX_BOX_CHARS = 1000
+MAX_REFERENCE_CHARS = 2000
+
+_BOX_CMDS = ('\\boxed', '\\fbox')
+
+
+def _box_start(text: str, end: int) -> int:
+  return max(text.rfind(cmd, 0, end) for cmd in _BOX_CMDS)
+
+
+# Escapes (\\{, \\}, \\\\, any \\x) and braces: a scan jumps between these in C.
+_BRACE_TOKENS = re.compile(r'\\.|[{}]', re.DOTALL)
+
+
+def _closing_brace(text: str, i: int, end: int) -> int | None:
+  """Index of the ``}`` closing the ``{`` at ``text[i]``, if it is before ``end``."""
+  depth = 0
+  for match in _BRACE_TOKENS.finditer(text, i, end):
+    token = match.group()
+    if token == '{':
+      depth += 1
+    elif token == '}':
+      depth -= 1
+      if depth == 0:
+        return match.start()
+  return None
+
+
+def _open_brace(text: str, pos: int) -> int:
+  """Index of the ``{`` after the box command at ``pos`` (-1 if there is none)."""
+  i = pos + (len('\\boxed') if text.startswith('\\boxed', pos) else len('\\fbox'))
+  n = len(text)
+  while i < n and text[i] in ' \t\n':
+    i += 1
+  return i if i < n and text[i] == '{' else -1
+
+
+def _box_span(text: str, pos: int, limit: int) -> tuple[int, int] | None:
+  """(start, end) of the content of the box command at ``pos``, end = its ``}``.
+
+  None if the command is not followed by ``{``, is unclosed, or its content
+  exceeds ``limit`` characters (the scan stops there: linear time).
+  """
+  i = _open_brace(text, pos)
+  if i < 0:
+    return None
+  close = _closing_brace(text, i, min(len(text), i + limit + 2))
+  return None if close is None else (i + 1, close)
+
+
+def _outermost_box(text: str, pos: int) -> int:
+  """The box that encloses the last box command (``\\boxed{\\boxed{1}}``).
+
+  A box ends after every box it contains, so the outermost one is the last
+  box to close. An earlier box that never closes is debris, not an enclosing
+  box. Returns -1 past 20 enclosing levels (nesting bait).
+  """
+  for _ in range(20):
+    if pos < 0:
+      return pos
+    outer = _box_start(text, pos)
+    if outer < 0:
+      return pos
+    brace = _open_brace(text, outer)
+    if brace < 0 or brace >= pos or _closing_brace(text, brace, pos) is not None:
+      return pos  # the earlier box closed before the last one started
+    if _box_span(text, outer, len(text)) is None:
+      return pos  # it never closes at all
+    pos = outer
+  return -1
+
+
+def extract(response: str, *, limit: int = MAX_BOX_CHARS) -> str | None:
+  """Content of the last ``\\boxed{...}``/``\\fbox{...}`` in ``response``.
+
+  Returns None when there is no box, or the last box is not followed by ``{``,
+  is unclosed, empty, or longer than ``limit`` characters. Linear time.
+  """
+  if not isinstance(response, str):
+    return None
+  pos = _outermost_box(response, _box_start(response, len(response)))
+  if pos < 0:
+    return None
+  span = _box_span(response, pos, limit)
+  if span is None:
+    return None
+  content = response[span[0] : span[1]]
+  return content if content.strip() else None
+
+
+_ANSWER_IS = re.compile(r'answer\s+is\s*:?\s*', re.IGNORECASE)
+
+
+def extract_answer_is(response: str) -> str | None:
+  """Eval-only fallback: the text after the last "answer is", up to a period."""
+  pos = response.lower().rfind('answer is')
+  if pos < 0:
+    return None
+  tail = response[pos : pos + 200]
+  match = _ANSWER_IS.match(tail)
+  rest = tail[match.end() :] if match else ''
+  rest = re.split(r'\.(?:\s|$)|\n', rest, maxsplit=1)[0].strip().strip('$').strip()
+  return rest or None
+
+
+@dataclasses.dataclass(frozen=True)
+class Normalized:
+  """A normalised answer string and the flags stripped from it."""
+
+  text: str
+  percent: bool
+  degrees: bool
+
+
+_UNICODE = {
+  '°': '^\\circ',
+  'π': '\\pi',
+  '√': '\\sqrt',
+  '−': '-',
+  '–': '-',
+  '×': '\\times',
+  '·': '\\cdot',
+  '∞': '\\infty',
+  '≤': '\\le',
+  '≥': '\\ge',
+  '≠': '\\ne',
+  '∪': '\\cup',
+  '±': '\\pm',
+  '∅': '\\emptyset',
+  '\u00a0': ' ',
+}
+_TEXT_CMDS = 'text|textbf|textit|textrm|textnormal|mbox|hbox'
+_MATH_CMDS = 'mathrm|mathbf|mathit|mathsf|mathnormal|boldsymbol|bm|operatorname'
+_WRAP = re.compile(r'\\(' + _TEXT_CMDS + '|' + _MATH_CMDS + r')\s*\{([^{}]*)\}')
+_OLD_FONT = re.compile(r'\{\\(?:bf|rm|it)\s+([^{}]*)\}')
+_SPACING = re.compile(r'(?<!\\)\\(?:[,;:! ]|quad\b|qquad\b|hspace\*?\{[^{}]*\})|~')
+_DELIMS = re.compile(r'\\(?:left|right|bigl|bigr|Bigl|Bigr|big|Big)(?![a-zA-Z])\.?')
+_PERCENT = re.compile(r'\\%|%|\bpercent\b', re.IGNORECASE)
+_DEGREES = re.compile(
+  r'\^\s*\{\s*\\circ\s*\}|\^\s*\\circ|\\circ|\\degree\b|\bdegrees?\b', re.IGNORECASE
+)
+_UNITS = (
+  r'units?|m/s|km/h|km/hr|mi/h|ft/s|cm|mm|km|m|meters?|metres?|centimeters?|millimeters?|kilometers?|inch|inches|'
+  r'in|feet|foot|ft|yards?|yd|miles?|mi|kg|g|grams?|kilograms?|lbs?|pounds?|ounces?|oz|'
+  r'seconds?|sec|s|minutes?|mins?|hours?|hrs?|hr|days?|weeks?|months?|years?|dollars?|'
+  r'cents?|liters?|litres?|ml|mL|L|gallons?|mph|calories|people|students|ways|'
+  r'square\s+units|sq\s+units|cubic\s+units|square\s+feet|square\s+meters|'
+  r'square\s+inches|square\s+centimeters|cubic\s+feet|cubic\s+centimeters|'
+  r'cubic\s+inches|cubic\s+meters'
+)
+_TRAILING_UNIT = re.compile(
+  r'^(?P<v>.*[\d}).])\s+(?:(?:square|sq|cubic)\s+)?(?:'
+  + _UNITS
+  + r')(?:\s*\^\s*\{?[23]\}?)?$'
+)
+# A trailing \text{words} after a number is a unit or a label: 3 \text{ apples}.
+_TRAILING_TEXT = re.compile(
+  r'^(?P<v>.*?[\d}])\s*\\(?:text|mbox|textrm|mathrm)\s*\{\s*(?P<w>[A-Za-z][A-Za-z ./]*)\}'
+  r'(?:\s*\^\s*\{?[23]\}?)?\s*$'
+)
+_REALS_WORDS = re.compile(r'^(?:all\s+)?real\s+numbers$', re.IGNORECASE)
+_ANSWER_PREFIX = re.compile(
+  r'^\s*(?:the\s+)?(?:final\s+)?answer\s*(?:is)?\s*[:=]?\s*', re.IGNORECASE
+)
+_FUNC_LHS = re.compile(
+  r'^[a-zA-Z](?:\^\{?-1\}?|\')?\s*\(\s*[a-z](?:\s*,\s*[a-z])*\s*\)\s*=(?!=)'
+)
+_THOUSANDS = re.compile(r'^-?\d{1,3}(?:,\d{3})+(?:\.\d+)?$')
+_SCI = re.compile(r'^(-?\d+(?:\.\d+)?)[eE]([+-]?\d+)$')
+_REPEAT = re.compile(r'(\d*)\.(\d*)\\overline\s*\{?(\d{1,20})\}?')
+
+
+def _repeating(match: re.Match[str]) -> str:
+  whole, fixed, rep = match.group(1) or '0', match.group(2), match.group(3)
+  # x = whole.fixed(rep)(rep)... = (whole fixed rep - whole fixed) / (10^k (10^r - 1))
+  num = int(whole + fixed + rep) - int(whole + fixed)
+  den = (10 ** len(rep) - 1) * 10 ** len(fixed)
+  return f'\\frac{{{num}}}{{{den}}}'
+
+
+def _strip_outer(text: str, open_: str, close: str) -> str | None:
+  """``text`` without one outer ``open_ ... close`` pair, if they match."""
+  if not (text.startswith(open_) and text.endswith(close)):
+    return None
+  depth = 0
+  body_end = len(text) - len(close)
+  i = 0
+  while i < len(text):
+    if text.startswith('\\', i) and open_ == '{':
+      i += 2
+      continue
+    if text.startswith(open_, i):
+      depth += 1
+      i += len(open_)
+      continue
+    if text.startswith(close, i):
+      depth -= 1
+      if depth == 0:
+        return text[len(open_) : body_end] if i == body_end else None
+      i += len(close)
+      continue
+    i += 1
+  return None
+
+
+def unwrap(text: str) -> str:
+  """Strips math delimiters, outer braces and outer boxes from an answer."""
+  for _ in range(10):
+    before = text
+    text = text.strip()
+    if len(text) > 1 and text[0] == '$' and text[-1] == '$':
+      text = text.strip('$')
+    for open_, close in (('\\(', '\\)'), ('\\[', '\\]'), ('{', '}')):
+      inner = _strip_outer(text, open_, close)
+      if inner is not None:
+        text = inner
+    if text.startswith(_BOX_CMDS):
+      span = _box_span(text, 0, len(text))
+      if span is not None and span[1] == len(text) - 1:
+        text = text[span[0] : span[1]]
+    if text == before:
+      break
+  return text
+
+
+def _inner_boxes(text: str) -> str:
+  """Replaces every ``\\boxed{X}`` inside an answer by X."""
+  for _ in range(20):
+    pos = _box_start(text, len(text))
+    span = _box_span(text, pos, len(text)) if pos >= 0 else None
+    if span is None:
+      return text
+    text = text[:pos] + text[span[0] : span[1]] + text[span[1] + 1 :]
+  return text
+
+
+def _drop_trailing_text(match: re.Match[str]) -> str:
+  words = match.group('w').strip(' .').lower()
+  if words in ('or', 'and', 'e', 'i') or not re.search(r'\d', match.group('v')):
+    return match.group(0)
+  return match.group('v')
+
+
+def normalize(answer: str) -> Normalized:
+  """Canonical string form of an answer plus its ``%`` and degree flags.
+
+  Idempotent on its own output (up to the flags, which it reports once).
+  """
+  text = answer
+  for key, value in _UNICODE.items():
+    if key in text:
+      text = text.replace(key, value)
+  text = text.replace('\\$', ' ').replace('\\%', '\\% ')
+  text = unwrap(text).replace('$', '')
+  text = _inner_boxes(text)
+  text = re.sub(r'\\[dtc]frac(?![a-zA-Z])', r'\\frac', text)
+  text = re.sub(r'\\[dt]binom(?![a-zA-Z])', r'\\binom', text)
+  text = re.sub(r'\\(?:displaystyle|textstyle|scriptstyle)(?![a-zA-Z])', '', text)
+  text = _DELIMS.sub('', text)
+  text = re.sub(r'\{([^{}]*)\\over([^{}]*)\}', r'\\frac{\1}{\2}', text)
+  text = re.sub(r'^([^{}]*)\\over([^{}]*)$', r'\\frac{\1}{\2}', text)
+  text = text.replace('\\mathbb{R}', '\\reals').replace('\\mathbb R', '\\reals')
+  # Thousands separators in their unambiguous LaTeX spellings.
+  text = re.sub(r'(\d)(?:\{,\}|\\,|,\\!)(?=\d{3}(?!\d))', r'\1', text)
+  percent = bool(_PERCENT.search(text))
+  if percent:
+    text = _PERCENT.sub(' ', text)
+  text = _TRAILING_TEXT.sub(_drop_trailing_text, text)
+  for _ in range(20):
+    # Spaces keep a unit apart from its number (5\\mathrm{cm} -> 5 cm).
+    new = _WRAP.sub(r' \2 ', text)
+    new = _OLD_FONT.sub(r'\1', new)
+    if new == text:
+      break
+    text = new
+  degrees = bool(_DEGREES.search(text))
+  if degrees:
+    text = _DEGREES.sub(' ', text)
+  text = _SPACING.sub(' ', text)
+  text = _ANSWER_PREFIX.sub('', text)
+  text = re.sub(r'^\s*\\approx(?![a-zA-Z])', '', text)
+  text = _FUNC_LHS.sub('', text)
+  text = _REALS_WORDS.sub(r'\\reals', text.strip())
+  text = re.sub(r'\s+', ' ', text).strip()
+  for _ in range(2):
+    match = _TRAILING_UNIT.match(text)
+    if match and re.search(r'\d', match.group('v')):
+      text = match.group('v').strip()
+  text = text.rstrip(' .')
+  text = unwrap(text).strip()
+  text = _REPEAT.sub(_repeating, text)
+  text = re.sub(r'_\{(\w)\}', r'_\1', text)  # x_{1} and x_1, 1011_{2} and 1011_2
+  if _THOUSANDS.match(text):
+    text = text.replace(',', '')
+  sci = _SCI.match(text)
+  if sci:
+    text = f'{sci.group(1)}\\times10^{{{sci.group(2)}}}'
+  return Normalized(text=text, percent=percent, degrees=degrees)

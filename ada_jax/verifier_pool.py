@@ -1,0 +1,205 @@
+"""Worker-process pool with a hard per-item deadline for ``verify_batch``.
+
+Signals cannot bound a sympy call made off the main thread (Ray, async, thread
+pools), so the batch path runs each item in a worker process and the parent
+enforces the deadline with ``multiprocessing.connection.wait``: a worker still
+busy when its item's time is up is killed (SIGKILL) and replaced by a fresh
+one, and the item scores False. Workers come from a forkserver that preloaded
+the verifier (cheap respawns, and no fork of a parent holding JAX threads).
+The parent extracts the boxed answer itself (linear time), so only short
+strings cross the pipes.
+"""
+
+from __future__ import annotations
+
+import atexit
+import collections
+import contextlib
+import multiprocessing
+import multiprocessing.connection
+import os
+import threading
+import time
+from typing import Any
+
+from ada_jax import answer_normalize
+
+_STAT_KEYS = ('calls', 'timeouts', 'guard_trips', 'parse_failures')
+
+
+def _worker_main(conn: Any) -> None:
+  """Worker loop: runs chunks of (index, answer, reference) tasks.
+
+  Sends one (index, ok, seconds, counter deltas) message per task when done.
+  """
+  from ada_jax import verifier
+
+  while True:
+    try:
+      chunk = conn.recv()
+    except (EOFError, OSError):
+      return
+    if chunk is None:
+      return
+    for index, answer, reference in chunk:
+      before = verifier.counters()
+      start = time.monotonic()
+      ok = verifier.equivalent(answer, reference)
+      elapsed = time.monotonic() - start
+      after = verifier.counters()
+      conn.send((index, ok, elapsed, {k: after[k] - before[k] for k in after}))
+
+
+class _Worker:
+  def __init__(self, ctx: Any):
+    self.conn, child = ctx.Pipe()
+    self.proc = ctx.Process(target=_worker_main, args=(child,), daemon=True)
+    self.proc.start()
+    child.close()
+    self.queue: collections.deque[tuple[int, str, str]] = collections.deque()
+    self.started = 0.0  # when the task at the head of the queue started
+
+  def kill(self) -> None:
+    self.proc.kill()
+    self.proc.join(timeout=5)
+    self.conn.close()
+
+  def close(self) -> None:
+    with contextlib.suppress(OSError, ValueError):
+      self.conn.send(None)
+    self.proc.join(timeout=1)
+    if self.proc.is_alive():
+      self.kill()
+    else:
+      self.conn.close()
+
+
+class _Pool:
+  def __init__(self, size: int):
+    self.ctx = multiprocessing.get_context('forkserver')
+    self.ctx.set_forkserver_preload(['ada_jax.verifier'])
+    self.size = size
+    self.workers = [_Worker(self.ctx) for _ in range(size)]
+
+  def close(self) -> None:
+    for w in self.workers:
+      w.close()
+    self.workers = []
+
+  def run(
+    self, tasks: list[tuple[int, str, str]], n: int, timeout_s: float
+  ) -> tuple[list[bool], dict[str, int]]:
+    """Scores ``tasks``; each task gets ``timeout_s`` from the moment it starts.
+
+    Tasks go out in small chunks (fewer pipe round trips); a worker starts a
+    task when it reports the previous one, so the parent knows every task's
+    start time and can kill the worker the moment its current task overruns.
+    """
+    results = [False] * n
+    stats: collections.Counter[str] = collections.Counter()
+    pending = collections.deque(tasks)
+    idle = list(self.workers)
+    busy: dict[Any, _Worker] = {}
+    while pending or busy:
+      while pending and idle:
+        w = idle.pop()
+        size = max(1, min(16, len(pending) // (2 * self.size)))
+        chunk = [pending.popleft() for _ in range(size)]
+        try:
+          w.conn.send(chunk)
+        except (OSError, ValueError):  # an idle worker died: replace, resend
+          pending.extendleft(reversed(chunk))
+          idle.append(self._replace(w))
+          continue
+        w.queue.extend(chunk)
+        w.started = time.monotonic()
+        busy[w.conn] = w
+      wait_s = min(w.started + timeout_s for w in busy.values()) - time.monotonic()
+      for conn in multiprocessing.connection.wait(list(busy), timeout=max(wait_s, 0)):
+        w = busy[conn]
+        try:
+          while conn.poll():
+            index, ok, elapsed, deltas = conn.recv()
+            stats.update(deltas)
+            if elapsed > timeout_s:  # finished, but late: same verdict as a kill
+              stats['timeouts'] += 1
+              ok = False
+            results[index] = bool(ok)
+            w.queue.popleft()
+            w.started = time.monotonic()
+        except (EOFError, OSError):  # the worker died: its current task scores False
+          del busy[conn]
+          if w.queue:
+            stats['calls'] += 1
+            w.queue.popleft()
+            pending.extendleft(reversed(w.queue))
+          idle.append(self._replace(w))
+          continue
+        if not w.queue:
+          del busy[conn]
+          idle.append(w)
+      now = time.monotonic()
+      for conn, w in list(busy.items()):
+        if now - w.started > timeout_s:
+          del busy[conn]
+          stats['timeouts'] += 1
+          stats['calls'] += 1
+          w.queue.popleft()
+          pending.extendleft(reversed(w.queue))  # the rest of its chunk goes back
+          idle.append(self._replace(w))
+    return results, dict(stats)
+
+  def _replace(self, w: _Worker) -> _Worker:
+    w.kill()
+    fresh = _Worker(self.ctx)
+    self.workers[self.workers.index(w)] = fresh
+    return fresh
+
+
+_POOL: _Pool | None = None
+_POOL_LOCK = threading.Lock()
+
+
+def _shutdown() -> None:
+  global _POOL
+  if _POOL is not None:
+    _POOL.close()
+    _POOL = None
+
+
+atexit.register(_shutdown)
+
+
+def run(
+  responses: list[str], references: list[str], *, timeout_s: float, workers: int | None
+) -> tuple[list[bool], dict[str, int]]:
+  """Scores pairs in the (persistent) pool; returns verdicts and counter deltas."""
+  global _POOL
+  size = workers or min(os.cpu_count() or 1, 16)
+  tasks = []
+  for k, (response, reference) in enumerate(zip(responses, references, strict=True)):
+    answer = answer_normalize.extract(response) if isinstance(response, str) else None
+    if answer is not None and isinstance(reference, str):
+      tasks.append((k, answer, reference))
+  stats = {'calls': len(responses) - len(tasks)}
+  if not tasks:
+    return [False] * len(responses), stats
+  with _POOL_LOCK:
+    if _POOL is None or _POOL.size != size:
+      _shutdown()
+      _POOL = _Pool(size)
+    try:
+      results, deltas = _POOL.run(tasks, len(responses), timeout_s)
+    except BaseException:
+      # Interrupted mid-batch: results may be in flight, so drop the pool.
+      _shutdown()
+      raise
+  for key in _STAT_KEYS:
+    stats[key] = stats.get(key, 0) + deltas.get(key, 0)
+  return results, stats
+
+
+def shutdown() -> None:
+  """Stops the worker processes (they are also stopped at interpreter exit)."""
+  with _POOL_LOCK:
+    _shutdown()
