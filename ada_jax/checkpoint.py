@@ -1,0 +1,580 @@
+"""Checkpoints that survive preemption: params, optimizer state and host extras.
+
+One `Checkpointer` over an orbax CheckpointManager in `WORKDIR/checkpoints`
+(local or gs://). Each step holds four items: `params` and `opt_state` as
+nested dicts keyed by tree path (nnx Variables stored as their values), so
+restore lands straight in the shardings of any abstract pytree with the same
+paths; `extras_arrays`, the numpy arrays found in `extras`; and `meta` (JSON:
+the extras with array references, leaf paths, shapes and checksums).
+
+Why checksums: orbax finishes a step atomically (a renamed tmp dir locally,
+`commit_success.txt` on GCS), but a garbled data file restores silently as
+wrong numbers. Each leaf gets a position-weighted uint32 sum of its bits,
+computed on device; wrap-around integer sums are exact in any reduction order,
+so any target sharding reproduces it. A step that fails to read or verify is
+moved to `WORKDIR/checkpoints.corrupt/` with a warning and the previous one is
+tried; one whose paths or shapes differ from the target raises instead (a
+changed config, not a broken file).
+
+Preemption: `install_signal_handlers()` makes SIGTERM/SIGINT set a flag, and
+`should_save(step)`, called by every host at every step, is the sync point:
+it gathers the flags of all hosts (one tiny collective) and asks orbax's
+`reached_preemption(step)` (JAX's preemption sync manager, which under
+`jax.distributed` owns SIGTERM and picks a common step), so every host decides
+to save at the same step and none saves alone.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import re
+import signal
+import time
+import types
+import zlib
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import orbax.checkpoint as ocp
+from etils import epath
+from flax import nnx
+
+PyTree = Any
+_COMMIT_MARKER = 'commit_success.txt'  # orbax's marker, in every finished step dir.
+_ARRAY_REF = '__ndarray__'  # reserved key: an array reference inside meta JSON.
+_FORMAT = 1
+
+
+class CorruptCheckpointError(RuntimeError):
+  """A step directory that is incomplete or does not match its checksums."""
+
+
+class CheckpointMismatchError(ValueError):
+  """A checkpoint whose leaf paths or shapes differ from the restore target."""
+
+
+# Tree <-> nested dict of path-named leaves.
+
+
+def _is_var(x: Any) -> bool:
+  return isinstance(x, nnx.Variable)
+
+
+def _key_name(k: Any) -> str:
+  for attr in ('key', 'idx', 'name'):
+    if hasattr(k, attr):
+      return str(getattr(k, attr))
+  return str(k)
+
+
+def _flat(tree: PyTree) -> tuple[list[tuple[str, ...]], list[Any], Any]:
+  """(paths, leaves, treedef); a Variable's path ends at the Variable."""
+  with_path = jax.tree_util.tree_flatten_with_path(tree, is_leaf=_is_var)[0]
+  leaves, treedef = jax.tree_util.tree_flatten(tree)
+  if len(with_path) != len(leaves):
+    raise ValueError('checkpoint: Variables must hold exactly one array each')
+  paths = [tuple(_key_name(k) for k in p) for p, _ in with_path]
+  return paths, leaves, treedef
+
+
+def _nest(paths: Sequence[tuple[str, ...]], leaves: Sequence[Any]) -> dict:
+  out: dict = {}
+  for path, leaf in zip(paths, leaves, strict=True):
+    node = out
+    for k in path[:-1]:
+      node = node.setdefault(k, {})
+    if path[-1] in node:
+      raise ValueError(f'checkpoint: two leaves map to {"/".join(path)}')
+    node[path[-1]] = leaf
+  return out
+
+
+# Checksums.
+
+
+def _leaf_checksum(x: jax.Array) -> jax.Array:
+  if x.dtype == jnp.bool_:
+    words = x.astype(jnp.uint32)
+  else:
+    unsigned = {1: jnp.uint8, 2: jnp.uint16}.get(x.dtype.itemsize, jnp.uint32)
+    words = jax.lax.bitcast_convert_type(x, unsigned).astype(jnp.uint32)
+  words = words.reshape(-1)
+  weights = jax.lax.iota(jnp.uint32, words.size) * jnp.uint32(2) + jnp.uint32(1)
+  return jnp.sum(words * weights, dtype=jnp.uint32)
+
+
+_checksums_jit = jax.jit(lambda leaves: [_leaf_checksum(x) for x in leaves])
+
+
+def _sig(leaves: Sequence[Any]) -> tuple:
+  return tuple((x.shape, np.dtype(x.dtype).name, x.sharding) for x in leaves)
+
+
+def _host_checksum(x: np.ndarray) -> int:
+  return zlib.crc32(np.ascontiguousarray(x).tobytes())
+
+
+# Extras: JSON with numpy arrays pulled out.
+
+
+def _encode(obj: Any, path: tuple[str, ...], arrays: dict[str, np.ndarray]) -> Any:
+  if isinstance(obj, Mapping):
+    for k in obj:
+      if not isinstance(k, str):
+        raise TypeError(f'extras: key {k!r} at {"/".join(path)} is not a str')
+    return {k: _encode(v, (*path, k), arrays) for k, v in obj.items()}
+  if isinstance(obj, list | tuple):
+    return [_encode(v, (*path, str(i)), arrays) for i, v in enumerate(obj)]
+  if isinstance(obj, np.generic):
+    return obj.item()
+  if isinstance(obj, np.ndarray | jax.Array):
+    ref: dict[str, Any] = {}
+    if jnp.issubdtype(obj.dtype, jax.dtypes.prng_key):
+      ref['key_impl'] = str(jax.random.key_impl(obj))
+      obj = jax.random.key_data(obj)
+    arr = np.asarray(jax.device_get(obj))
+    if arr.dtype.kind not in 'biuf':
+      raise TypeError(f'extras: array at {"/".join(path)} has dtype {arr.dtype}')
+    name = re.sub(r'[^A-Za-z0-9_-]', '_', '.'.join(path)) or 'root'
+    while name in arrays:
+      name += '_'
+    arrays[name] = arr
+    ref[_ARRAY_REF] = name
+    return ref
+  if obj is None or isinstance(obj, bool | int | float | str):
+    return obj
+  raise TypeError(f'extras: {type(obj).__name__} at {"/".join(path)} is not JSON-able')
+
+
+def _decode(obj: Any, arrays: Mapping[str, np.ndarray]) -> Any:
+  if isinstance(obj, dict):
+    if _ARRAY_REF in obj:
+      arr = np.asarray(arrays[obj[_ARRAY_REF]])
+      if 'key_impl' in obj:
+        return jax.random.wrap_key_data(arr, impl=obj['key_impl'])
+      return arr
+    return {k: _decode(v, arrays) for k, v in obj.items()}
+  if isinstance(obj, list):
+    return [_decode(v, arrays) for v in obj]
+  return obj
+
+
+# Multi-host agreement.
+
+
+def _any_host(flag: bool) -> bool:
+  """True on every host if `flag` is True on any host (a collective)."""
+  if jax.process_count() == 1:
+    return flag
+  from jax.experimental import multihost_utils
+
+  gathered = multihost_utils.process_allgather(np.array([int(flag)], np.int32))
+  return bool(np.any(gathered))
+
+
+def _preemption_service_owns_sigterm() -> bool:
+  try:  # Private, hence guarded: JAX's C++ notifier is SIGTERM's handler then.
+    from jax._src import distributed
+
+    return distributed.global_state.preemption_sync_manager is not None
+  except (ImportError, AttributeError):
+    return False
+
+
+def abstract_opt_state(
+  tx: optax.GradientTransformation, abstract_params: PyTree
+) -> PyTree:
+  """ShapeDtypeStructs of `tx.init(params)`, each sharded like its param.
+
+  Per-param state (Adam's mu, nu) takes its param's sharding; the rest (step
+  counts) is replicated on the params' mesh. Serves as the restore target, and
+  its shardings as out_shardings of a jitted `tx.init` on a fresh start.
+  """
+  mesh = jax.tree_util.tree_leaves(abstract_params)[0].sharding.mesh
+  replicated = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
+  return optax.tree_map_params(
+    tx,
+    lambda s, p: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=p.sharding),
+    jax.eval_shape(tx.init, abstract_params),
+    abstract_params,
+    transform_non_params=lambda s: jax.ShapeDtypeStruct(
+      s.shape, s.dtype, sharding=replicated
+    ),
+  )
+
+
+def _pytree_handler() -> ocp.PyTreeCheckpointHandler:
+  # Replica-parallel writing (orbax's default) slices replicated shards with
+  # one jit per shape and device: a burst of compiles at the first save,
+  # mid-run, which the trainer's zero-recompile rule forbids. Without it the
+  # first replica of each shard writes it whole.
+  scalar = ocp.type_handlers.ScalarHandler()
+  registry = ocp.type_handlers.create_type_handler_registry(
+    (jax.Array, ocp.type_handlers.ArrayHandler(use_replica_parallel=False)),
+    (np.ndarray, ocp.type_handlers.NumpyHandler()),
+    (np.number, scalar),
+    (int, scalar),
+    (float, scalar),
+  )
+  return ocp.PyTreeCheckpointHandler(type_handler_registry=registry)
+
+
+class Checkpointer:
+  """Saves and restores the trainer's state under `workdir/checkpoints`.
+
+  Every host of a multi-host run constructs one and calls every method in the
+  same order (they contain collectives); orbax writes each shard from the host
+  that owns it and the host data (meta, extras arrays) from process 0, so
+  `extras` must be the same on every host (key per-host state by process).
+
+  Usage in the trainer::
+
+    ckpt = Checkpointer(workdir, keep=3, every_steps=50)
+    ckpt.install_signal_handlers()
+    abs_opt = abstract_opt_state(tx, abs_params)  # abs_params: sharded SDS
+    resumed = ckpt.restore_latest(abs_params, abs_opt)  # None: fresh start
+    step, params, opt_state, extras = resumed or (0, init_p, init_o, {})
+    while step < num_steps:
+      ...; step += 1
+      ckpt.save(step, params=params, opt_state=opt_state, extras={...})
+      if ckpt.stop_requested: break      # preempted: saved at this step
+    ckpt.save(step, params=params, opt_state=opt_state, extras={...}, force=True)
+    ckpt.close()                         # waits for the writes
+  """
+
+  def __init__(
+    self,
+    workdir: str | epath.PathLike,
+    *,
+    keep: int = 3,
+    every_steps: int = 100,
+    async_save: bool = True,
+  ):
+    """Opens (creating) the checkpoint directory.
+
+    Args:
+      workdir: run directory, local or gs://.
+      keep: number of most recent checkpoints kept.
+      every_steps: `should_save` says yes when `step % every_steps == 0`.
+      async_save: write in a background thread; `save` returns once the
+        arrays are copied to host, so the caller may donate them right after.
+    """
+    if keep < 1 or every_steps < 1:
+      raise ValueError(
+        f'checkpoint: keep={keep}, every_steps={every_steps} must be >= 1'
+      )
+    self.directory = epath.Path(workdir) / 'checkpoints'
+    self.every_steps = every_steps
+    self._manager = ocp.CheckpointManager(
+      self.directory,
+      item_handlers={
+        'params': _pytree_handler(),
+        'opt_state': _pytree_handler(),
+        'extras_arrays': _pytree_handler(),
+        'meta': ocp.JsonCheckpointHandler(),
+      },
+      options=ocp.CheckpointManagerOptions(
+        max_to_keep=keep,
+        create=True,
+        cleanup_tmp_directories=True,  # leftovers of a crash mid-save.
+        enable_async_checkpointing=async_save,
+      ),
+    )
+    self._signal_flag = False
+    self._old_handlers: dict[int, Any] = {}
+    self._decisions: dict[int, bool] = {}
+    self._checksum_fns: dict[Any, Callable] = {}
+    self.stop_requested = False  # Set, on every host alike, by a preemption save.
+
+  # Preemption.
+
+  def install_signal_handlers(
+    self, signals: Sequence[int] = (signal.SIGTERM, signal.SIGINT)
+  ) -> None:
+    """Makes the signals set a flag read by `should_save` (call from the main thread).
+
+    A second SIGINT raises KeyboardInterrupt, so Ctrl-C twice still stops a
+    hung run. SIGTERM is left to JAX's preemption service when it runs.
+    """
+    for sig in signals:
+      if sig == signal.SIGTERM and _preemption_service_owns_sigterm():
+        logging.info('checkpoint: SIGTERM left to the JAX preemption service')
+        continue
+      self._old_handlers.setdefault(sig, signal.getsignal(sig))
+      signal.signal(sig, self._on_signal)
+
+  def _on_signal(self, signum: int, frame: types.FrameType | None) -> None:
+    # No I/O here: the handler may interrupt a write in progress.
+    if signum == signal.SIGINT and self._signal_flag:
+      raise KeyboardInterrupt
+    self._signal_flag = True
+
+  @property
+  def signal_received(self) -> bool:
+    """Whether a handled signal arrived on this host (not yet a decision)."""
+    return self._signal_flag
+
+  def restore_signal_handlers(self) -> None:
+    """Puts back the handlers that `install_signal_handlers` replaced."""
+    for sig, handler in self._old_handlers.items():
+      signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
+    self._old_handlers.clear()
+
+  def should_save(self, step: int) -> bool:
+    """Whether to save at this step; every host must call it at every step.
+
+    The same answer on every host: the interval is arithmetic, the signal
+    flags are gathered over hosts, and orbax's preemption sync point is a
+    global decision. Repeated calls for one step return the first answer.
+    """
+    if step in self._decisions:
+      return self._decisions[step]
+    preempted = _any_host(self._signal_flag) or self._manager.reached_preemption(step)
+    latest = self._manager.latest_step()
+    done = latest is not None and latest >= step
+    decision = not done and (preempted or step % self.every_steps == 0)
+    if preempted:
+      self.stop_requested = True
+      logging.warning('checkpoint: preemption; saving at step %d and stopping', step)
+    self._decisions = {step: decision}
+    return decision
+
+  # Save.
+
+  def _checksums(self, leaves: Sequence[Any], compile_only: bool = False) -> list[int]:
+    """Per-leaf checksums, one jitted call per set of devices the leaves use.
+
+    An eagerly made optax `count` may sit on one device while the rest spans
+    the mesh, and one jit cannot take both.
+    """
+    groups: dict[Any, list[int]] = {}
+    for i, x in enumerate(leaves):
+      devices = getattr(x, 'sharding', None)
+      key = None if devices is None else tuple(sorted(d.id for d in devices.device_set))
+      groups.setdefault(key, []).append(i)
+    out = [0] * len(leaves)
+    for index in groups.values():
+      part = [leaves[i] for i in index]
+      key = _sig(part)
+      if compile_only:  # at start-up, so that a save later adds no compile.
+        if key not in self._checksum_fns:
+          self._checksum_fns[key] = _checksums_jit.lower(part).compile()
+        continue
+      try:
+        values = self._checksum_fns.get(key, _checksums_jit)(part)
+      except TypeError:  # a precompiled function rejects other avals.
+        values = _checksums_jit(part)
+      for i, v in zip(index, jax.device_get(values), strict=True):
+        out[i] = int(v)
+    return out
+
+  def save(
+    self,
+    step: int,
+    *,
+    params: PyTree,
+    opt_state: PyTree,
+    extras: Mapping[str, Any] | None = None,
+    force: bool = False,
+  ) -> bool:
+    """Writes a checkpoint if `should_save(step)` or `force`; all hosts call it.
+
+    Args:
+      step: the number of finished training steps.
+      params: pytree of jax arrays (an nnx.State is fine), sharded or not.
+        Multi-host, every array must be global (on the mesh): orbax cannot
+        write a host-local one such as the `count` of an eager `tx.init`.
+      opt_state: optax state (namedtuples, nnx.State inside are fine).
+      extras: JSON-able host data (str keys; tuples come back as lists) with
+        numeric numpy arrays or typed PRNG keys anywhere inside.
+      force: save even off the interval (end of training, preemption).
+
+    Returns:
+      Whether a checkpoint was started (it is complete after `wait()`).
+    """
+    if not force and not self.should_save(step):
+      return False
+    if step in self._manager.all_steps():
+      return False
+    arrays: dict[str, np.ndarray] = {}
+    meta: dict[str, Any] = {
+      'format': _FORMAT,
+      'step': int(step),
+      'time': time.time(),
+      'extras': _encode(dict(extras or {}), (), arrays),
+      'extras_arrays': {k: _host_checksum(v) for k, v in arrays.items()},
+    }
+    items: dict[str, Any] = {}
+    flats = {'params': _flat(params), 'opt_state': _flat(opt_state)}
+    # One call over both trees: the function restore_latest compiled.
+    sums = self._checksums([x for _, leaves, _ in flats.values() for x in leaves])
+    for name, (paths, leaves, _) in flats.items():
+      meta[name] = {
+        'paths': ['/'.join(p) for p in paths],
+        'shapes': [list(np.shape(x)) for x in leaves],
+        'checksums': sums[: len(leaves)],
+      }
+      sums = sums[len(leaves) :]
+      if leaves:  # orbax cannot write an empty tree (optax's EmptyState).
+        items[name] = ocp.args.PyTreeSave(_nest(paths, leaves))
+    if arrays:
+      items['extras_arrays'] = ocp.args.PyTreeSave(arrays)
+    items['meta'] = ocp.args.JsonSave(meta)
+    saved = self._manager.save(step, args=ocp.args.Composite(**items), force=True)
+    logging.info('checkpoint: saving step %d to %s', step, self.directory)
+    return bool(saved)
+
+  # Restore.
+
+  def steps(self) -> list[int]:
+    """Steps of the finished checkpoints on disk, ascending."""
+    self._manager.reload()
+    return list(self._manager.all_steps())
+
+  def restore_latest(
+    self, abstract_params: PyTree, abstract_opt_state: PyTree | None = None
+  ) -> tuple[int, PyTree, PyTree, dict[str, Any]] | None:
+    """Restores the newest complete checkpoint, or returns None if there is none.
+
+    Args:
+      abstract_params: pytree (e.g. nnx.State) of jax.ShapeDtypeStruct whose
+        `sharding` says where each restored array goes.
+      abstract_opt_state: the same for the optimizer state; None skips it
+        (export needs params only) and returns None in its place.
+
+    Returns:
+      (step, params, opt_state, extras), params and opt_state with the
+      targets' structure (Variables and namedtuples included) and shardings.
+
+    Raises:
+      CheckpointMismatchError: (a ValueError) a checkpoint's leaf paths or
+        shapes differ from the target: a changed config, not a corrupt file.
+    """
+    targets = {'params': _flat(abstract_params)}
+    if abstract_opt_state is not None:
+      targets['opt_state'] = _flat(abstract_opt_state)
+    self._checksums([x for _, leaves, _ in targets.values() for x in leaves], True)
+    self._warn_unfinished()
+    for step in reversed(self.steps()):
+      out, reason = None, 'failed on another host'
+      try:
+        out = self._restore_step(step, targets)
+      except CheckpointMismatchError:
+        raise
+      except Exception as e:  # Any read failure means a corrupt step.
+        reason = f'{type(e).__name__}: {e}'[:500]
+      # All hosts agree before going on: each one reads only some shards.
+      if not _any_host(out is None):
+        out, reason = self._verify(step, *out)
+        if out is not None:
+          return out
+      logging.warning(
+        'checkpoint: step %d in %s is unusable (%s); trying the previous one',
+        step,
+        self.directory,
+        reason,
+      )
+      self._quarantine(step)
+    return None
+
+  def _restore_step(self, step: int, targets: dict[str, tuple]) -> tuple:
+    if not (self.directory / str(step) / _COMMIT_MARKER).exists():
+      raise CorruptCheckpointError(f'no {_COMMIT_MARKER}: an unfinished save')
+    meta = self._manager.restore(
+      step, args=ocp.args.Composite(meta=ocp.args.JsonRestore())
+    )['meta']
+    if not isinstance(meta, dict) or meta.get('format') != _FORMAT:
+      raise CorruptCheckpointError(
+        f'meta unreadable or of another format: {meta!r:.200}'
+      )
+    items = {}
+    for name, (paths, leaves, _) in targets.items():
+      ours = {'/'.join(p): list(x.shape) for p, x in zip(paths, leaves, strict=True)}
+      theirs = dict(zip(meta[name]['paths'], meta[name]['shapes'], strict=True))
+      diff = sorted(k for k in ours.keys() | theirs if ours.get(k) != theirs.get(k))
+      if diff:
+        raise CheckpointMismatchError(
+          f'checkpoint step {step}: {name} differs from the target (a changed '
+          f'config?): {[(k, ours.get(k), theirs.get(k)) for k in diff[:4]]}'
+        )
+      if leaves:
+        target = _nest(paths, leaves)
+        restore_args = ocp.checkpoint_utils.construct_restore_args(target)
+        items[name] = ocp.args.PyTreeRestore(target, restore_args=restore_args)
+    if meta['extras_arrays']:
+      items['extras_arrays'] = ocp.args.PyTreeRestore()
+    restored = self._manager.restore(step, args=ocp.args.Composite(**items))
+    trees = {}
+    for name, (paths, _, treedef) in targets.items():
+      values = [functools.reduce(dict.__getitem__, p, restored[name]) for p in paths]
+      trees[name] = jax.tree_util.tree_unflatten(treedef, values)
+    arrays = dict(restored['extras_arrays']) if meta['extras_arrays'] else {}
+    for key, crc in meta['extras_arrays'].items():
+      if key not in arrays or _host_checksum(np.asarray(arrays[key])) != crc:
+        raise CorruptCheckpointError(f'extras array {key} does not match its checksum')
+    extras = _decode(meta['extras'], arrays)
+    return trees, meta, extras
+
+  def _verify(self, step: int, trees: dict, meta: dict, extras: dict) -> tuple:
+    """(result, '') if every leaf matches its checksum, else (None, reason)."""
+    want = [c for name in trees for c in meta[name]['checksums']]
+    paths = [f'{name}/{p}' for name in trees for p in meta[name]['paths']]
+    got = self._checksums([x for t in trees.values() for x in jax.tree.leaves(t)])
+    bad = [p for p, a, b in zip(paths, got, want, strict=True) if a != b]
+    if bad:
+      return None, f'checksum mismatch in {bad[0]} ({len(bad)} leaves)'
+    logging.info('checkpoint: restored step %d from %s', step, self.directory)
+    return (step, trees['params'], trees.get('opt_state'), extras), ''
+
+  def _warn_unfinished(self) -> None:
+    latest = max(self.steps(), default=-1)
+    for path in self.directory.iterdir() if self.directory.exists() else []:
+      head = path.name.split('.', 1)[0]
+      if head.isdigit() and int(head) > latest:
+        logging.warning(
+          'checkpoint: %s is an unfinished save (crash mid-save?); resuming from %s',
+          path,
+          latest if latest >= 0 else 'scratch',
+        )
+
+  def _quarantine(self, step: int) -> None:
+    # Moved, not deleted: it may hold most of a long run, worth salvaging.
+    if jax.process_index() == 0:
+      src = self.directory / str(step)
+      dst_dir = self.directory.parent / 'checkpoints.corrupt'
+      dst_dir.mkdir(parents=True, exist_ok=True)
+      dst = dst_dir / f'{step}.{int(time.time())}'
+      try:
+        src.rename(dst)
+        logging.warning('checkpoint: moved step %d to %s', step, dst)
+      except Exception as e:  # Left in place, it would clash with a new save.
+        logging.warning('checkpoint: could not move %s (%s); deleting it', src, e)
+        src.rmtree(missing_ok=True)
+    if jax.process_count() > 1:
+      from jax.experimental import multihost_utils
+
+      multihost_utils.sync_global_devices(f'ada_jax_checkpoint_quarantine_{step}')
+    self._manager.reload()
+
+  # Lifetime.
+
+  def wait(self) -> None:
+    """Blocks until a background save is complete on disk."""
+    self._manager.wait_until_finished()
+
+  def close(self) -> None:
+    """Finishes pending writes and puts back the signal handlers."""
+    self._manager.wait_until_finished()
+    self._manager.close()
+    self.restore_signal_handlers()
+
+  def __enter__(self) -> Checkpointer:
+    return self
+
+  def __exit__(self, *exc: object) -> None:
+    self.close()
