@@ -1,0 +1,303 @@
+r"""The main job: `python -m ada_jax.main --config CONFIG[:arg] --workdir DIR`.
+
+Builds mesh, tokenizer, data and model from the config (the only place,
+with the other command-line modules, that reads a ConfigDict), validates the
+config before anything compiles, then runs SFT (if configured) and the RL
+steps, evaluating on the held-out split, checkpointing, and writing
+`DIR/metrics.jsonl`, `DIR/samples.jsonl`, TensorBoard events and PNG plots.
+Re-running with the same workdir resumes from the latest checkpoint.
+
+  python -m ada_jax.main --config configs/tiny_arith.py --workdir /tmp/tiny \
+      [--config.rl.steps=10 ...]
+
+Multi-host: with ADA_DISTRIBUTED=1 (set by launch_tpu.sh) every process calls
+jax.distributed.initialize() (TPU auto-detection); with ADA_COORDINATOR,
+ADA_NUM_PROCESSES and ADA_PROCESS_ID it initialises explicitly (CPU tests).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+
+from absl import app, flags
+from ml_collections import config_flags
+
+_CONFIG = config_flags.DEFINE_config_file(
+  'config', None, 'Config file[:arg].', lock_config=True
+)
+_WORKDIR = flags.DEFINE_string('workdir', None, 'Run directory (local or gs://).')
+
+
+def init_distributed() -> None:
+  """jax.distributed from the environment (see the module docstring)."""
+  import jax  # noqa: PLC0415
+
+  if os.environ.get('ADA_COORDINATOR'):
+    if (
+      jax.config.jax_platforms in (None, '', 'cpu')
+      or os.environ.get('JAX_PLATFORMS') == 'cpu'
+    ):
+      jax.config.update('jax_cpu_collectives_implementation', 'gloo')
+    jax.distributed.initialize(
+      os.environ['ADA_COORDINATOR'],
+      num_processes=int(os.environ['ADA_NUM_PROCESSES']),
+      process_id=int(os.environ['ADA_PROCESS_ID']),
+    )
+  elif os.environ.get('ADA_DISTRIBUTED') == '1':
+    jax.distributed.initialize()
+
+
+def validate(c) -> None:
+  """Config errors before any compile; each names the key at fault."""
+  from ada_jax import adaptive  # noqa: PLC0415
+
+  import jax  # noqa: PLC0415
+
+  rl = c.rl
+  if rl.rule not in adaptive.RULES:
+    raise ValueError(
+      f'config rl.rule={rl.rule!r}: unknown rule (one of {adaptive.RULES})'
+    )
+  if rl.schedule not in adaptive.SCHEDULES:
+    raise ValueError(
+      f'config rl.schedule={rl.schedule!r}: unknown schedule (one of {adaptive.SCHEDULES})'
+    )
+  if rl.rule == 'balance' and rl.group_size % 2:
+    raise ValueError(
+      f'config rl.group_size={rl.group_size}: balance needs an even group size'
+    )
+  if rl.rule in ('pos', 'balance') and rl.samples_per_round < rl.group_size:
+    raise ValueError(
+      f'config rl.samples_per_round={rl.samples_per_round} is smaller than rl.group_size={rl.group_size}'
+    )
+  dp = _dp_size(c)
+  if rl.slots % dp:
+    raise ValueError(
+      f'config rl.slots={rl.slots} does not divide by the data-parallel size {dp}'
+    )
+  if rl.prompts_per_step % jax.process_count():
+    raise ValueError(
+      f'config rl.prompts_per_step={rl.prompts_per_step} does not divide across '
+      f'{jax.process_count()} hosts'
+    )
+  limit = _max_positions(c)
+  total = c.data.prompt_bucket + c.sampling.max_new_tokens
+  if total > limit:
+    raise ValueError(
+      f'config data.prompt_bucket + sampling.max_new_tokens = {total} exceeds the '
+      f"model's position limit {limit}"
+    )
+  rows = adaptive.max_rows(
+    rl.prompts_per_step,
+    rule=rl.rule,
+    group_size=rl.group_size,
+    slots=rl.slots,
+    target_groups=rl.target_groups or None,
+  )
+  if rows % rl.mini_batch_rows or rl.mini_batch_rows % rl.micro_batch_rows:
+    raise ValueError(
+      f'config rl.mini_batch_rows={rl.mini_batch_rows} must divide the {rows} training rows '
+      f'and be a multiple of rl.micro_batch_rows={rl.micro_batch_rows}'
+    )
+
+
+def _dp_size(c) -> int:
+  import jax  # noqa: PLC0415
+
+  n = jax.device_count()
+  shape = [c.mesh.data, c.mesh.fsdp, c.mesh.tensor]
+  known = 1
+  for s in shape:
+    known *= s if s != -1 else 1
+  data = c.mesh.data if c.mesh.data != -1 else n // known
+  fsdp = c.mesh.fsdp if c.mesh.fsdp != -1 else n // known
+  return data * fsdp
+
+
+def _max_positions(c) -> int:
+  if c.model.hf_path:
+    from ada_jax import hf  # noqa: PLC0415
+
+    return int(hf.read_hf_config(c.model.hf_path).get('max_position_embeddings', 4096))
+  return int(c.model.tiny.max_positions)
+
+
+def _opt(value, cast):
+  """'' / 0 / None in a config mean "the default" (None)."""
+  return None if value in ('', None) else cast(value)
+
+
+def build_trainer(c, workdir: str, *, verify_fn=None):
+  """Mesh, tokenizer, data, model, settings and the Trainer from a config."""
+  import jax  # noqa: PLC0415
+  import jax.numpy as jnp  # noqa: PLC0415
+  from etils import epath  # noqa: PLC0415
+
+  from ada_jax import adaptive, data, hf, rounds, sharding, train, update  # noqa: PLC0415
+  from ada_jax import checkpoint as checkpoint_lib  # noqa: PLC0415
+  from ada_jax import metrics as metrics_lib  # noqa: PLC0415
+  from ada_jax import model as model_lib  # noqa: PLC0415
+  from ada_jax import tokenizer as tokenizer_lib  # noqa: PLC0415
+
+  wd = epath.Path(workdir)
+  wd.mkdir(parents=True, exist_ok=True)
+  mesh = sharding.make_mesh(dict(c.mesh))
+  dtype, param_dtype = jnp.dtype(c.model.dtype), jnp.dtype(c.model.param_dtype)
+  if c.model.hf_path:
+    tok = tokenizer_lib.load_tokenizer(c.model.tokenizer_path or c.model.hf_path)
+  else:
+    tok_dir = (
+      os.path.join(workdir, 'tokenizer')
+      if not workdir.startswith('gs://')
+      else '/tmp/ada_tiny_tok'
+    )
+    tok = tokenizer_lib.build_tiny_tokenizer(tok_dir)
+  data_dir = c.data.data_dir or os.path.join(workdir, 'tfds')
+  load = dict(
+    data_dir=data_dir,
+    manual_dir=c.data.manual_dir or None,
+    tokenizer=tok,
+    template=c.data.template,
+  )
+  train_ex = data.load_examples(c.data.name, c.data.train_split, **load)
+  eval_ex = (
+    data.load_examples(c.data.name, c.data.eval_split, **load)
+    if c.data.eval_split
+    else []
+  )
+  train_ex, dropped = data.drop_long_prompts(tok, train_ex, c.data.prompt_bucket)
+  eval_ex, dropped_eval = data.drop_long_prompts(tok, eval_ex, c.data.prompt_bucket)
+  if dropped or dropped_eval:
+    logging.warning(
+      'data: dropped %d train / %d eval prompts longer than data.prompt_bucket=%d',
+      dropped,
+      dropped_eval,
+      c.data.prompt_bucket,
+    )
+  if c.model.hf_path:
+    model = hf.load_model(
+      c.model.hf_path, dtype=dtype, param_dtype=param_dtype, mesh=mesh
+    )
+  else:
+    t = c.model.tiny
+    cfg = model_lib.ModelConfig(
+      model_type='qwen2',
+      vocab_size=-(-tok.vocab_size // 8) * 8,
+      hidden_size=t.hidden,
+      intermediate_size=t.mlp,
+      num_layers=t.layers,
+      num_heads=t.heads,
+      num_kv_heads=t.kv_heads,
+      head_dim=t.head_dim,
+      qkv_bias=True,
+      tie_embeddings=True,
+      max_position_embeddings=t.max_positions,
+      eos_token_id=tok.eos_ids[0],
+      param_dtype=param_dtype,
+      dtype=dtype,
+    )
+    model = sharding.create_sharded_model(cfg, mesh, sharding.TRAIN_RULES, seed=c.seed)
+  rl = c.rl
+  controller = dict(
+    rule=rl.rule,
+    group_size=rl.group_size,
+    samples_per_round=rl.samples_per_round,
+    positive_threshold=rl.positive_threshold,
+    advantage=_opt(rl.advantage, str),
+    normalize_std=_opt(
+      rl.normalize_std, lambda v: str(v).lower() in ('1', 'true', 'yes')
+    ),
+  )
+  if rl.rule in ('pos', 'balance'):  # The other rules define their own rounds.
+    controller['schedule'] = rl.schedule
+  if rl.rule == 'dapo' and rl.target_groups:
+    controller['target_groups'] = rl.target_groups
+  round_settings = rounds.RoundSettings(
+    slots=rl.slots,
+    max_rounds=rl.max_rounds,
+    max_new_tokens=c.sampling.max_new_tokens,
+    temperature=c.sampling.temperature,
+    top_p=c.sampling.top_p,
+    top_k=c.sampling.top_k,
+    eos_ids=tuple(tok.eos_ids),
+    verifier_timeout_s=c.verifier.timeout_s,
+    verifier_workers=c.verifier.workers or None,
+  )
+  update_settings = update.UpdateSettings(
+    prompt_len=c.data.prompt_bucket,
+    mini_batch_rows=rl.mini_batch_rows,
+    micro_batch_rows=rl.micro_batch_rows,
+    epochs=rl.epochs,
+    temperature=c.sampling.temperature,
+    clip_low=rl.clip_low,
+    clip_high=rl.clip_high,
+    clip_ratio_c=rl.clip_ratio_c or None,
+    loss_agg_mode=rl.loss_agg_mode,
+    entropy_coef=rl.entropy_coef,
+    grad_clip=rl.grad_clip,
+  )
+  rl_settings = train.RLSettings(
+    steps=rl.steps,
+    prompts_per_step=rl.prompts_per_step,
+    controller=controller,
+    rounds=round_settings,
+    update=update_settings,
+    lr=rl.lr,
+    warmup=rl.warmup,
+    lr_schedule=rl.lr_schedule,
+    eval_every=rl.eval_every,
+    eval_max_prompts=rl.eval_max_prompts,
+    histogram_prompts=rl.histogram_prompts,
+    histogram_k=rl.histogram_k,
+    samples_to_log=c.log.samples_per_step,
+  )
+  sft = train.SFTSettings(**dict(c.sft))
+  tx = update.make_optimizer(weight_decay=rl.weight_decay)
+  ckpt = checkpoint_lib.Checkpointer(
+    workdir, keep=c.checkpoint.keep, every_steps=c.checkpoint.every
+  )
+  trainer = train.Trainer(
+    model=model,
+    mesh=mesh,
+    tok=tok,
+    train_examples=train_ex,
+    eval_examples=eval_ex,
+    prompt_bucket=c.data.prompt_bucket,
+    rl=rl_settings,
+    sft=sft,
+    tx=tx,
+    writer=None,
+    checkpointer=ckpt,
+    seed=c.seed,
+    verify_fn=verify_fn,
+  )
+  resumed = trainer.restore()
+  trainer.writer = metrics_lib.MetricsWriter(
+    workdir,
+    process_index=jax.process_index(),
+    tensorboard=c.log.tensorboard,
+    wandb_project=c.log.wandb_project or None,
+    config=c,
+    resume_step=trainer.step + 1 if resumed else None,
+  )
+  return trainer
+
+
+def main(argv) -> None:
+  del argv
+  logging.getLogger().setLevel(logging.INFO)
+  init_distributed()
+  from ada_jax import train  # noqa: PLC0415  (imports jax after distributed init)
+
+  c = _CONFIG.value
+  if c is None or not _WORKDIR.value:
+    sys.exit('usage: python -m ada_jax.main --config CONFIG[:arg] --workdir DIR')
+  validate(c)
+  trainer = build_trainer(c, _WORKDIR.value)
+  train.fit(trainer)
+
+
+if __name__ == '__main__':
+  app.run(main)

@@ -1,0 +1,277 @@
+"""One RL step's sampling: controller rounds over the sampler and the verifier.
+
+The draw contract between the parts: the step's prompts are prefilled once;
+every `draw(slot_prompt)` of the controller runs `sampler.sample_round` for
+the next round, keeps that round's Rollout on device in a fixed
+[max_rounds, S, N] buffer, decodes the live slots (special tokens skipped)
+and scores them with `verifier.verify_batch`. Afterwards the training rows
+are gathered from the buffer by sample id (round = id // S, slot = id % S)
+together with their prompts into a fixed [R_max, P+N] batch, advantages
+broadcast to the response tokens.
+
+Multi-host: each process decodes and verifies only the slots it holds
+(its addressable shards), the rewards are all-gathered, and every process
+runs the controller on the same global data, so all take the same decisions
+and issue the same jitted calls.
+
+Dimension legend:
+  B: prompts of the step   P: prompt bucket   S: slots   N: new tokens
+  M: max rounds            R: training rows (R_max, fixed)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from ada_jax import adaptive, sampler, verifier
+from ada_jax import model as model_lib
+from ada_jax import tokenizer as tokenizer_lib
+
+Array = jax.Array
+
+
+@dataclasses.dataclass(frozen=True)
+class RoundSettings:
+  """Fixed per run: shapes, sampling knobs, verifier limits."""
+
+  slots: int
+  max_rounds: int
+  max_new_tokens: int
+  temperature: float = 1.0
+  top_p: float = 1.0
+  top_k: int = 0
+  eos_ids: tuple[int, ...] = ()
+  verifier_timeout_s: float = 2.0
+  verifier_workers: int | None = None
+
+
+@dataclasses.dataclass
+class StepSamples:
+  """What one step's sampling produced (device buffers + host statistics)."""
+
+  groups: adaptive.Groups
+  batch: dict[str, Array]  # the fixed-shape training batch, see assemble_batch
+  rewards: np.ndarray  # float [rounds, S], NaN on idle slots
+  lengths: np.ndarray  # int [rounds, S]
+  texts: dict[tuple[int, int], str]  # (round, slot) -> decoded response (this host)
+  time_sample_s: float
+  time_verify_s: float
+  verifier_counters: dict[str, int]
+
+
+@functools.partial(jax.jit, donate_argnums=(0,))
+def _write_round(
+  buffer: dict[str, Array], rollout: sampler.Rollout, r: Array
+) -> dict[str, Array]:
+  new = {'tokens': rollout.tokens, 'logprobs': rollout.logprobs, 'mask': rollout.mask}
+  return {
+    k: jax.lax.dynamic_update_index_in_dim(buffer[k], new[k], r, 0) for k in buffer
+  }
+
+
+def _empty_buffer(m: int, s: int, n: int, sharding) -> dict[str, Array]:
+  def zeros(dtype):
+    x = jnp.zeros((m, s, n), dtype)
+    return jax.device_put(x, sharding) if sharding is not None else x
+
+  return {
+    'tokens': zeros(jnp.int32),
+    'logprobs': zeros(jnp.float32),
+    'mask': zeros(jnp.int32),
+  }
+
+
+@functools.partial(jax.jit, static_argnames=('slots',))
+def assemble_batch(
+  prompt_tokens: Array,
+  prompt_mask: Array,
+  buffer: dict[str, Array],
+  prompt_index: Array,
+  sample_id: Array,
+  advantage: Array,
+  weight: Array,
+  *,
+  slots: int,
+) -> dict[str, Array]:
+  """The fixed [R, P+N] training batch from the buffer rows named by sample id.
+
+  Returns: `tokens`, `attn_mask` int [R, P+N]; `resp_mask` float [R, N]
+  (response mask x row weight: padding rows count nowhere); `advantages`
+  [R, N]; `sampler_logp` [R, N] (the sampler's logprobs, for the gap metric).
+  """
+  rnd, slot = sample_id // slots, sample_id % slots
+
+  def rows(x):
+    return x[rnd, slot]
+
+  resp = rows(buffer['tokens'])
+  resp_mask = rows(buffer['mask'])
+  tokens = jnp.concatenate([prompt_tokens[prompt_index], resp], axis=1)
+  attn = jnp.concatenate([prompt_mask[prompt_index], resp_mask], axis=1)
+  w = resp_mask.astype(jnp.float32) * weight[:, None]
+  return {
+    'tokens': tokens,
+    'attn_mask': attn,
+    'resp_mask': w,
+    'advantages': jnp.broadcast_to(advantage[:, None], w.shape) * (w > 0),
+    'sampler_logp': rows(buffer['logprobs']),
+  }
+
+
+def _local_rows(x: Array) -> tuple[np.ndarray, np.ndarray]:
+  """(row indices, host values) of the rows of x [S, ...] this process holds."""
+  if x.is_fully_addressable:
+    return np.arange(x.shape[0]), np.asarray(x)
+  seen: dict[int, np.ndarray] = {}
+  for shard in x.addressable_shards:
+    start = shard.index[0].start or 0
+    if start not in seen:
+      seen[start] = np.asarray(shard.data)
+  idx = np.concatenate([np.arange(k, k + v.shape[0]) for k, v in sorted(seen.items())])
+  return idx, np.concatenate([v for _, v in sorted(seen.items())])
+
+
+def _global_rewards(idx: np.ndarray, local: np.ndarray, s: int) -> np.ndarray:
+  """All-gathers per-slot rewards so every process sees all S of them."""
+  out = np.full((s,), np.nan, np.float32)
+  if jax.process_count() == 1:
+    out[idx] = local
+    return out
+  from jax.experimental import multihost_utils  # noqa: PLC0415
+
+  full_local = np.full((s,), np.nan, np.float32)
+  full_local[idx] = local
+  gathered = np.asarray(multihost_utils.process_allgather(full_local))  # [procs, S]
+  for row in gathered:
+    ok = ~np.isnan(row)
+    out[ok] = row[ok]
+  return out
+
+
+def run_step(
+  model: model_lib.Transformer,
+  tok: tokenizer_lib.Tokenizer,
+  prompt_tokens: Array,
+  prompt_mask: Array,
+  references: Sequence[str],
+  *,
+  settings: RoundSettings,
+  rng: Array,
+  controller: dict[str, Any],
+  prompt_keys: Sequence[int] | None = None,
+  history: dict[str, np.ndarray] | None = None,
+  buffer_sharding=None,
+  verify_fn: Callable[..., np.ndarray] | None = None,
+) -> StepSamples:
+  """Prefill, controller rounds, verification and the training batch of one step.
+
+  Args:
+    model: the policy in its sampling layout.
+    tok: tokenizer (decoding responses for the verifier).
+    prompt_tokens: int [B, P] left-padded prompts (global array).
+    prompt_mask: int [B, P].
+    references: B reference answers (global, same order).
+    settings: fixed shapes and knobs.
+    rng: PRNG key of this step.
+    controller: keyword arguments of `adaptive.sample_groups` (rule, group_size,
+      samples_per_round, schedule, advantage, normalize_std, positive_threshold,
+      rule options).
+    prompt_keys: stable per-prompt keys (est history).
+    history: est history from the previous step.
+    buffer_sharding: sharding of the [M, S, N] buffer (slots on the data axes).
+    verify_fn: replaces `verifier.verify_batch` (tests, fault injection).
+  """
+  s, n, m = settings.slots, settings.max_new_tokens, settings.max_rounds
+  verify_fn = verify_fn or verifier.verify_batch
+  b = prompt_tokens.shape[0]
+  t0 = time.perf_counter()
+  cache = sampler.prefill(model, prompt_tokens, prompt_mask)
+  buffer = _empty_buffer(m, s, n, buffer_sharding)
+  eos = sampler.eos_array(settings.eos_ids)
+  state = {'round': 0, 'buffer': buffer, 't_verify': 0.0}
+  rewards_all, lengths_all, texts = [], [], {}
+  counters_before = verifier.counters()
+
+  def draw(slot_prompt: np.ndarray) -> np.ndarray:
+    r = state['round']
+    rollout = sampler.sample_round(
+      model,
+      cache,
+      slot_prompt,
+      max_new_tokens=n,
+      rng=jax.random.fold_in(rng, r),
+      temperature=settings.temperature,
+      top_p=settings.top_p,
+      top_k=settings.top_k,
+      eos_ids=eos,
+    )
+    state['buffer'] = _write_round(state['buffer'], rollout, jnp.int32(r))
+    idx, toks = _local_rows(rollout.tokens)
+    _, lens = _local_rows(rollout.lengths)
+    tv = time.perf_counter()
+    live = slot_prompt[idx] >= 0
+    resp = [
+      tok.decode(t[:k].tolist()) for t, k in zip(toks[live], lens[live], strict=True)
+    ]
+    refs = [references[p] for p in slot_prompt[idx][live]]
+    scores = verify_fn(
+      resp,
+      refs,
+      timeout_s=settings.verifier_timeout_s,
+      workers=settings.verifier_workers,
+    )
+    local = np.full(idx.shape, np.nan, np.float32)
+    local[live] = np.asarray(scores, np.float32)
+    state['t_verify'] += time.perf_counter() - tv
+    for slot, text in zip(idx[live], resp, strict=True):
+      texts[(r, int(slot))] = text
+    rewards = _global_rewards(idx, local, s)
+    all_lens = np.zeros((s,), np.int32)
+    all_lens[idx] = lens
+    rewards_all.append(rewards)
+    lengths_all.append(all_lens)
+    state['round'] = r + 1
+    return rewards
+
+  groups = adaptive.sample_groups(
+    b,
+    draw,
+    slots=s,
+    max_rounds=m,
+    prompt_keys=prompt_keys,
+    history=history,
+    **controller,
+  )
+  padded = groups.padded()
+  batch = assemble_batch(
+    prompt_tokens,
+    prompt_mask,
+    state['buffer'],
+    padded['prompt_index'],
+    padded['sample_id'],
+    padded['advantage'],
+    padded['weight'],
+    slots=s,
+  )
+  counters_after = verifier.counters()
+  total = time.perf_counter() - t0
+  return StepSamples(
+    groups=groups,
+    batch=batch,
+    rewards=np.stack(rewards_all),
+    lengths=np.stack(lengths_all),
+    texts=texts,
+    time_sample_s=total - state['t_verify'],
+    time_verify_s=state['t_verify'],
+    verifier_counters={
+      k: counters_after[k] - counters_before.get(k, 0) for k in counters_after
+    },
+  )

@@ -1,0 +1,487 @@
+"""The training loop: optional SFT warm start, then RL steps with adaptive sampling.
+
+Typed settings in, no ConfigDict (main.py builds them). One set of params
+lives in the training layout; each RL step reshards it to the sampling
+layout, prefills the step's prompts once, runs the controller's rounds over
+the sampler and the verifier (rounds.py), assembles the fixed-shape batch,
+recomputes old log-probs with the training forward and takes the clipped
+surrogate updates (update.py). Checkpoints at fixed intervals and on
+preemption; a restarted run resumes from the latest complete checkpoint.
+
+Dimension legend: B prompts per step, P prompt bucket, N new tokens,
+S slots, R training rows.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from flax import nnx
+from tqdm import tqdm
+
+from ada_jax import adaptive, compiles, data, pass_rates, rounds, sharding, update
+from ada_jax import checkpoint as checkpoint_lib
+from ada_jax import metrics as metrics_lib
+from ada_jax import model as model_lib
+from ada_jax import tokenizer as tokenizer_lib
+
+
+@dataclasses.dataclass(frozen=True)
+class SFTSettings:
+  """Teacher-forced warm start (the tiny task; 0 steps = off)."""
+
+  steps: int = 0
+  batch_size: int = 64
+  lr: float = 1e-3
+  warmup: int = 0
+
+
+@dataclasses.dataclass(frozen=True)
+class RLSettings:
+  """Everything the RL loop needs besides the model and data."""
+
+  steps: int
+  prompts_per_step: int
+  controller: dict[str, Any]  # kwargs of adaptive.sample_groups (rule, n, M, ...)
+  rounds: rounds.RoundSettings
+  update: update.UpdateSettings
+  lr: float = 1e-6
+  warmup: int = 10
+  lr_schedule: str = 'constant'
+  eval_every: int = 0  # 0: only before and after RL.
+  eval_max_prompts: int = 0  # 0: the whole eval split.
+  histogram_prompts: int = 256
+  histogram_k: int = 8
+  samples_to_log: int = 4
+
+
+class Trainer:
+  """Owns the model state, optimizer, data order, metrics and checkpoints."""
+
+  def __init__(
+    self,
+    *,
+    model: model_lib.Transformer,
+    mesh: jax.sharding.Mesh,
+    tok: tokenizer_lib.Tokenizer,
+    train_examples: Sequence[data.Example],
+    eval_examples: Sequence[data.Example],
+    prompt_bucket: int,
+    rl: RLSettings,
+    sft: SFTSettings,
+    tx: optax.GradientTransformation,
+    writer: metrics_lib.MetricsWriter,
+    checkpointer: checkpoint_lib.Checkpointer | None,
+    seed: int = 0,
+    verify_fn: Callable[..., np.ndarray] | None = None,
+  ):
+    self.graphdef, self.state = nnx.split(model)
+    self.config = model.config
+    self.mesh, self.tok, self.rl, self.sft, self.tx = mesh, tok, rl, sft, tx
+    self.bucket = prompt_bucket
+    self.writer, self.ckpt, self.seed = writer, checkpointer, seed
+    self.verify_fn = verify_fn
+    self.train_examples, self.eval_examples = list(train_examples), list(eval_examples)
+    self.opt_state = jax.jit(tx.init)(self.state)
+    self.iterator = data.PromptIterator(
+      self.train_examples,
+      rl.prompts_per_step,
+      seed,
+      process_index=0,
+      process_count=1,
+    )
+    self.history: dict[str, np.ndarray] | None = None
+    self.step = 0  # RL steps done.
+    self.sft_done = sft.steps == 0
+    self.rng = jax.random.key(seed)
+    self.rows = adaptive.max_rows(
+      rl.prompts_per_step,
+      rule=rl.controller['rule'],
+      group_size=rl.controller['group_size'],
+      slots=rl.rounds.slots,
+      target_groups=rl.controller.get('target_groups'),
+    )
+    self._sample_shardings = None
+
+  # Model views.
+
+  @property
+  def model(self) -> model_lib.Transformer:
+    return nnx.merge(self.graphdef, self.state)
+
+  def sampling_model(self) -> model_lib.Transformer:
+    """The params resharded to the sampling layout (tensor only)."""
+    if self._sample_shardings is None:
+      self._sample_shardings = sharding.state_shardings(
+        self.state, self.mesh, sharding.SAMPLE_RULES
+      )
+    return nnx.merge(self.graphdef, jax.device_put(self.state, self._sample_shardings))
+
+  # Checkpoints.
+
+  def _extras(self) -> dict[str, Any]:
+    return {
+      'step': self.step,
+      'sft_done': self.sft_done,
+      'iterator': self.iterator.state(),
+      'history': self.history,
+    }
+
+  def save(self, force: bool = False) -> None:
+    if self.ckpt is None:
+      return
+    self.ckpt.save(
+      self.step,
+      params=self.state,
+      opt_state=self.opt_state,
+      extras=self._extras(),
+      force=force,
+    )
+
+  def restore(self) -> bool:
+    """Resumes from the latest complete checkpoint; False if there is none."""
+    if self.ckpt is None:
+      return False
+    abstract = jax.tree.map(
+      lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding),
+      (self.state, self.opt_state),
+    )
+    got = self.ckpt.restore_latest(*abstract)
+    if got is None:
+      return False
+    step, self.state, self.opt_state, extras = got
+    self.step, self.sft_done = int(extras['step']), bool(extras['sft_done'])
+    self.iterator.restore(extras['iterator'])
+    self.history = extras.get('history')
+    logging.info('resumed from step %d (sft_done=%s)', step, self.sft_done)
+    return True
+
+  # Prompts.
+
+  def encode(self, examples: Sequence[data.Example]) -> tuple[np.ndarray, np.ndarray]:
+    enc = data.encode_prompts(self.tok, [e.prompt for e in examples], self.bucket)
+    if enc.dropped:
+      raise ValueError(
+        f'{enc.dropped} prompts longer than the prompt bucket {self.bucket}'
+      )
+    return enc.tokens, enc.mask
+
+  # SFT.
+
+  def run_sft(self) -> None:
+    """Teacher-forced cross-entropy on prompt + `\\boxed{answer}` + EOS."""
+    if self.sft_done:
+      return
+    n = self.rl.rounds.max_new_tokens
+    rs = np.random.RandomState(self.seed + 1)
+    eos = self.tok.eos_ids[0]
+    seqs, masks, targets = [], [], []
+    for e in self.train_examples:
+      p = self.tok.encode(e.prompt)
+      r = self.tok.encode('\\boxed{' + e.reference + '}') + [eos]
+      if len(p) > self.bucket or len(r) > n:
+        continue
+      row = np.full(self.bucket + n, self.tok.pad_id, np.int32)
+      m = np.zeros(self.bucket + n, np.int32)
+      row[self.bucket - len(p) : self.bucket + len(r)] = p + r
+      m[self.bucket - len(p) : self.bucket + len(r)] = 1
+      t = np.zeros_like(m)
+      t[self.bucket : self.bucket + len(r)] = 1
+      seqs.append(row), masks.append(m), targets.append(t)
+    seqs, masks, targets = np.stack(seqs), np.stack(masks), np.stack(targets)
+    opt = update.make_optimizer()
+    opt_state = jax.jit(opt.init)(self.state)
+    bar = tqdm(range(1, self.sft.steps + 1), desc='sft', leave=False)
+    for step in bar:
+      idx = rs.randint(0, len(seqs), self.sft.batch_size)
+      lr = update.lr_at(step, peak=self.sft.lr, warmup=self.sft.warmup)
+      self.state, opt_state, m = update.sft_update(
+        self.graphdef,
+        opt,
+        self.state,
+        opt_state,
+        seqs[idx],
+        masks[idx],
+        targets[idx],
+        jnp.float32(lr),
+      )
+      if step % 25 == 0 or step == self.sft.steps:
+        loss = float(m['loss'])
+        bar.set_postfix(loss=f'{loss:.3f}')
+        self.writer.write(
+          step,
+          {'loss': loss, 'grad_norm': float(m['grad_norm']), 'lr': lr},
+          phase='sft',
+        )
+    self.sft_done = True
+    self.save(force=True)
+
+  # Evaluation.
+
+  def _score(self, examples, *, k, temperature, rng, progress=None):
+    tokens, mask = self.encode(examples)
+    r = self.rl.rounds
+    correct, texts = pass_rates.sample_and_score(
+      self.sampling_model(),
+      self.tok,
+      tokens,
+      mask,
+      [e.reference for e in examples],
+      slots=r.slots,
+      k=k,
+      max_new_tokens=r.max_new_tokens,
+      rng=rng,
+      temperature=temperature,
+      eos_ids=r.eos_ids,
+      verifier_timeout_s=r.verifier_timeout_s,
+      verifier_workers=r.verifier_workers,
+      verify_fn=self.verify_fn,
+      progress=progress,
+    )
+    return correct, texts
+
+  def evaluate(self) -> float:
+    """Greedy accuracy on the held-out split."""
+    ex = self.eval_examples
+    if self.rl.eval_max_prompts:
+      ex = ex[: self.rl.eval_max_prompts]
+    correct, _ = self._score(
+      ex, k=1, temperature=0.0, rng=jax.random.key(0), progress='eval'
+    )
+    return float(correct.mean())
+
+  def pass_rate_histogram(self) -> list[tuple[str, int]]:
+    """Pass rates of k samples (temperature of the run) on train prompts."""
+    ex = self.train_examples[: self.rl.histogram_prompts]
+    correct, _ = self._score(
+      ex,
+      k=self.rl.histogram_k,
+      temperature=self.rl.rounds.temperature,
+      rng=jax.random.key(1),
+      progress='pass rates',
+    )
+    return pass_rates.histogram(correct.mean(axis=1), bins=self.rl.histogram_k)
+
+  # RL.
+
+  def rl_step(self) -> dict[str, Any]:
+    """One step: sample (rounds), update, return the metrics row."""
+    t0 = time.perf_counter()
+    self.step += 1
+    examples = next(self.iterator)
+    tokens, mask = self.encode(examples)
+    rng = jax.random.fold_in(self.rng, self.step)
+    sample_model = self.sampling_model()
+    out = rounds.run_step(
+      sample_model,
+      self.tok,
+      tokens,
+      mask,
+      [e.reference for e in examples],
+      settings=self.rl.rounds,
+      rng=rng,
+      controller=self.rl.controller,
+      prompt_keys=[e.prompt_key for e in examples],
+      history=self.history,
+      verify_fn=self.verify_fn,
+    )
+    self.history = out.groups.history
+    batch = out.batch
+    t1 = time.perf_counter()
+    u = self.rl.update
+    old_logp, _ = update.logp_jit(
+      self.graphdef,
+      self.state,
+      batch['tokens'],
+      batch['attn_mask'],
+      jnp.float32(u.temperature),
+      u.prompt_len,
+    )
+    lr = update.lr_at(
+      self.step,
+      peak=self.rl.lr,
+      warmup=self.rl.warmup,
+      schedule=self.rl.lr_schedule,
+      total=self.rl.steps,
+    )
+    train_batch = {
+      k: batch[k] for k in ('tokens', 'attn_mask', 'resp_mask', 'advantages')
+    }
+    train_batch['old_logp'] = old_logp
+    self.state, self.opt_state, um = update.rl_update(
+      self.graphdef,
+      self.tx,
+      u,
+      self.state,
+      self.opt_state,
+      train_batch,
+      jnp.float32(lr),
+    )
+    um = jax.device_get(um)
+    gap = np.abs(np.asarray(old_logp) - np.asarray(batch['sampler_logp']))
+    w = np.asarray(batch['resp_mask']) > 0
+    t2 = time.perf_counter()
+    g = out.groups
+    live = ~np.isnan(out.rewards)
+    lengths = out.lengths[live]
+    n = self.rl.rounds.max_new_tokens
+    row = dict(g.metrics)
+    row.update(
+      step=self.step,
+      entropy=float(um['entropy']),
+      loss=float(um['loss']),
+      pg_loss=float(um['pg_loss']),
+      clip_frac=float(um['clip_frac']),
+      approx_kl=float(um['approx_kl']),
+      grad_norm=float(um['grad_norm']),
+      skipped_updates=int(um['skipped']),
+      lr=lr,
+      response_len_mean=float(lengths.mean()) if lengths.size else 0.0,
+      truncated_frac=float(np.mean(lengths >= n)) if lengths.size else 0.0,
+      logp_gap_max=float(gap[w].max()) if w.any() else 0.0,
+      logp_gap_mean=float(gap[w].mean()) if w.any() else 0.0,
+      verifier_timeouts=out.verifier_counters.get('timeouts', 0),
+      verifier_guard_trips=out.verifier_counters.get('guard_trips', 0),
+      verifier_parse_failures=out.verifier_counters.get('parse_failures', 0),
+      num_compiles=compiles.num_compiles(),
+      time_sample_s=out.time_sample_s,
+      time_verify_s=out.time_verify_s,
+      time_update_s=t2 - t1,
+      time_step_s=t2 - t0,
+      tokens_per_s=float(lengths.sum()) / max(out.time_sample_s, 1e-9),
+    )
+    if int(um['skipped']):
+      logging.warning(
+        'step %d: %d non-finite update(s) skipped', self.step, int(um['skipped'])
+      )
+    self._log_samples(out, examples)
+    return row
+
+  def _log_samples(
+    self, out: rounds.StepSamples, examples: Sequence[data.Example]
+  ) -> None:
+    g = out.groups
+    s = self.rl.rounds.slots
+    rows = []
+    for i in range(min(self.rl.samples_to_log, g.num_rows)):
+      sid = int(g.sample_id[i])
+      text = out.texts.get((sid // s, sid % s))
+      if text is None:
+        continue
+      ex = examples[int(g.prompt_index[i])]
+      rows.append(
+        {
+          'prompt': ex.prompt,
+          'reference': ex.reference,
+          'response': text,
+          'reward': float(g.reward[i]),
+          'advantage': float(g.advantage[i]),
+          'extracted': _extract(text),
+          'verifier': out.verifier_counters,
+        }
+      )
+    self.writer.write_samples(self.step, rows)
+
+
+def _extract(text: str) -> str | None:
+  from ada_jax import verifier  # noqa: PLC0415
+
+  return verifier.extract(text)
+
+
+def fit(trainer: Trainer) -> dict[str, Any]:
+  """SFT (if configured), evaluation, RL steps, final evaluation and plots.
+
+  Returns the summary (also written to DIR/summary.json): greedy accuracy
+  and pass-rate histograms after SFT and after RL, steps run, and whether the
+  run stopped for preemption.
+  """
+  import json  # noqa: PLC0415
+
+  from etils import epath  # noqa: PLC0415
+
+  rl = trainer.rl
+  writer = trainer.writer
+  summary_path = epath.Path(writer.workdir) / 'summary.json'
+  summary = json.loads(summary_path.read_text()) if summary_path.exists() else {}
+  if trainer.ckpt is not None:
+    trainer.ckpt.install_signal_handlers()
+  is_main = jax.process_index() == 0
+  try:
+    trainer.run_sft()
+    if 'before_rl' not in summary:
+      summary['before_rl'] = {
+        'eval_accuracy': trainer.evaluate(),
+        'pass_rate_histogram': trainer.pass_rate_histogram(),
+      }
+      if is_main:
+        summary_path.write_text(json.dumps(summary, indent=2))
+        print(
+          pass_rates.format_histogram(
+            'pass rates before RL (train prompts):',
+            summary['before_rl']['pass_rate_histogram'],
+          )
+        )
+        print(
+          f'greedy test accuracy before RL: {summary["before_rl"]["eval_accuracy"]:.3f}'
+        )
+    bar = tqdm(
+      range(trainer.step + 1, rl.steps + 1),
+      desc=f'rl/{rl.controller["rule"]}',
+      disable=not is_main,
+    )
+    for step in bar:
+      row = trainer.rl_step()
+      if rl.eval_every and step % rl.eval_every == 0 and step != rl.steps:
+        row['eval_accuracy'] = trainer.evaluate()
+      writer.write(step, row, phase='rl')
+      bar.set_postfix(
+        r1=f'{row["reward_round1_mean"]:.2f}',
+        rounds=row['rounds'],
+        zero_adv=f'{row["zero_adv_frac"]:.2f}',
+      )
+      trainer.save()
+      if trainer.ckpt is not None and trainer.ckpt.stop_requested:
+        logging.warning('stopping at step %d after the preemption checkpoint', step)
+        summary['preempted_at'] = step
+        return summary
+    summary.pop('preempted_at', None)
+    summary['after_rl'] = {
+      'eval_accuracy': trainer.evaluate(),
+      'pass_rate_histogram': trainer.pass_rate_histogram(),
+    }
+    summary['steps'] = trainer.step
+    trainer.save(force=True)
+    writer.flush()
+    if is_main:
+      summary_path.write_text(json.dumps(summary, indent=2))
+      metrics_lib.plot_run(writer.workdir)
+      rows = metrics_lib.read_rows(
+        epath.Path(writer.workdir) / 'metrics.jsonl', phase='rl'
+      )
+      print(metrics_lib.summary_table(rows))
+      print(
+        pass_rates.format_histogram(
+          'pass rates after RL (train prompts):',
+          summary['after_rl']['pass_rate_histogram'],
+        )
+      )
+      before, after = (
+        summary['before_rl']['eval_accuracy'],
+        summary['after_rl']['eval_accuracy'],
+      )
+      print(f'greedy test accuracy: before RL {before:.3f} -> after RL {after:.3f}')
+    return summary
+  finally:
+    writer.flush()
+    if trainer.ckpt is not None:
+      trainer.ckpt.wait()
+      trainer.ckpt.restore_signal_handlers()

@@ -1,0 +1,252 @@
+"""The jitted training computations: log-probs, the RL update and the SFT step.
+
+All functions take the model split into (graphdef, params state) so they jit
+once per run; params and optimizer state are donated. One RL update call
+runs every epoch x mini-batch of a step: an outer `lax.scan` over
+mini-batches, an inner `lax.scan` over micro-batches that accumulates
+gradients, with the loss normaliser of the whole mini-batch so token-mean is
+exact (not a mean of micro-batch means). A non-finite gradient skips that
+optimizer update (params and moments unchanged) and is counted.
+
+The learning rate is an input (`optax.inject_hyperparams`), so a schedule
+counted in training steps (the reference: warmup from 0, LR 0 on step 1,
+constant across the mini-batch updates of one step) never recompiles.
+
+Dimension legend:
+  R: training rows   P: prompt bucket   N: response length   V: vocab
+  U: optimizer updates per step (epochs x mini-batches)   C: micro-batches
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import optax
+from flax import nnx
+
+from ada_jax import loss as loss_lib
+from ada_jax import model as model_lib
+
+Array = jax.Array
+
+
+@dataclasses.dataclass(frozen=True)
+class UpdateSettings:
+  """Static hyperparameters of the RL update (hashable: a jit static arg)."""
+
+  prompt_len: int
+  mini_batch_rows: int
+  micro_batch_rows: int
+  epochs: int = 1
+  temperature: float = 1.0
+  clip_low: float = 0.2
+  clip_high: float = 0.28
+  clip_ratio_c: float | None = 3.0
+  loss_agg_mode: str = 'token-mean'
+  entropy_coef: float = 0.0
+  grad_clip: float = 1.0
+
+
+def make_optimizer(
+  *, b1: float = 0.9, b2: float = 0.999, eps: float = 1e-8, weight_decay: float = 0.0
+) -> optax.GradientTransformation:
+  """AdamW whose learning rate is set per step (see `set_lr`)."""
+  return optax.inject_hyperparams(optax.adamw)(
+    learning_rate=0.0, b1=b1, b2=b2, eps=eps, weight_decay=weight_decay
+  )
+
+
+def lr_at(
+  step: int, *, peak: float, warmup: int, schedule: str = 'constant', total: int = 0
+) -> float:
+  """The reference's schedule, counted in training steps starting at 1.
+
+  Linear warmup from 0 (LR 0 on step 1 when warmup > 0), then constant or
+  cosine to 0 at `total`.
+  """
+  if warmup > 0 and step <= warmup:
+    return peak * (step - 1) / warmup
+  if schedule == 'constant':
+    return peak
+  if schedule == 'cosine':
+    frac = (step - warmup) / max(total - warmup, 1)
+    return peak * 0.5 * (1 + float(jnp.cos(jnp.pi * min(max(frac, 0.0), 1.0))))
+  raise ValueError(f'unknown lr schedule {schedule!r} (constant | cosine)')
+
+
+def _set_lr(opt_state: Any, lr: Array) -> Any:
+  hp = dict(opt_state.hyperparams)
+  hp['learning_rate'] = jnp.asarray(lr, hp['learning_rate'].dtype)
+  return opt_state._replace(hyperparams=hp)
+
+
+def response_logp(
+  model: model_lib.Transformer,
+  tokens: Array,
+  mask: Array,
+  prompt_len: int,
+  temperature: float | Array,
+) -> tuple[Array, Array]:
+  """Per-token logp and entropy [R, N] of the response tokens tokens[:, P:].
+
+  Only the response positions are projected to the vocabulary (the prompt's
+  logits are never materialised).
+  """
+  b, t = tokens.shape
+  cache = model_lib.init_cache(model.config, b, t)
+  positions = model_lib.positions_from_mask(mask)
+  hidden, _ = model(tokens, positions, cache, jnp.int32(0), mask, return_hidden=True)
+  logits = model.project(hidden[:, prompt_len - 1 : t - 1])
+  return loss_lib.token_logp_and_entropy(
+    logits, tokens[:, prompt_len:], temperature=temperature
+  )
+
+
+@functools.partial(jax.jit, static_argnums=(0, 5))
+def logp_jit(
+  graphdef, state, tokens, mask, temperature, prompt_len: int
+) -> tuple[Array, Array]:
+  """Jitted `response_logp` (old log-probs of a batch, before the update)."""
+  return response_logp(
+    nnx.merge(graphdef, state), tokens, mask, prompt_len, temperature
+  )
+
+
+def _tree_where(pred: Array, a: Any, b: Any) -> Any:
+  return jax.tree.map(lambda x, y: jnp.where(pred, x, y), a, b)
+
+
+def _split(x: Array, *sizes: int) -> Array:
+  return x.reshape(*sizes, *x.shape[1:])
+
+
+@functools.partial(jax.jit, static_argnums=(0, 1, 2), donate_argnums=(3, 4))
+def rl_update(
+  graphdef,
+  tx: optax.GradientTransformation,
+  s: UpdateSettings,
+  state: nnx.State,
+  opt_state: Any,
+  batch: dict[str, Array],
+  lr: Array,
+) -> tuple[nnx.State, Any, dict[str, Array]]:
+  """All optimizer updates of one RL step.
+
+  Args:
+    graphdef: static model structure.
+    tx: the optimizer from `make_optimizer` (static).
+    s: static settings.
+    state: params (donated).
+    opt_state: optimizer state (donated).
+    batch: `tokens` int [R, P+N], `attn_mask` int [R, P+N], `resp_mask` float
+      [R, N] (response mask times row weight), `advantages` [R, N],
+      `old_logp` [R, N].
+    lr: scalar learning rate for every update of this step.
+
+  Returns:
+    (params, optimizer state, metrics averaged over the updates; `skipped`
+    counts the non-finite updates).
+  """
+  r = batch['tokens'].shape[0]
+  if r % s.mini_batch_rows or s.mini_batch_rows % s.micro_batch_rows:
+    raise ValueError(
+      f'rows {r} / mini-batch {s.mini_batch_rows} / micro-batch {s.micro_batch_rows} do not divide'
+    )
+  n_mini = r // s.mini_batch_rows
+  n_micro = s.mini_batch_rows // s.micro_batch_rows
+  minis = jax.tree.map(lambda x: _split(x, n_mini, n_micro, s.micro_batch_rows), batch)
+  # Epochs repeat the same mini-batches in order (the reference: no shuffle).
+  minis = jax.tree.map(lambda x: jnp.concatenate([x] * s.epochs, axis=0), minis)
+  opt_state = _set_lr(opt_state, lr)
+
+  def micro_loss(params, mb, normalizer):
+    model = nnx.merge(graphdef, params)
+    logp, entropy = response_logp(
+      model, mb['tokens'], mb['attn_mask'], s.prompt_len, s.temperature
+    )
+    return loss_lib.policy_loss(
+      logp,
+      mb['old_logp'],
+      mb['advantages'],
+      mb['resp_mask'],
+      clip_low=s.clip_low,
+      clip_high=s.clip_high,
+      clip_ratio_c=s.clip_ratio_c,
+      loss_agg_mode=s.loss_agg_mode,
+      normalizer=normalizer,
+      entropy=entropy,
+      entropy_coef=s.entropy_coef,
+    )
+
+  grad_fn = jax.grad(micro_loss, has_aux=True)
+
+  def one_update(carry, mini):
+    params, opt_state = carry
+    normalizer = loss_lib.loss_normalizer(
+      mini['resp_mask'].reshape(-1, mini['resp_mask'].shape[-1])
+    )
+
+    def accumulate(acc, mb):
+      grads, metrics = grad_fn(params, mb, normalizer)
+      return jax.tree.map(jnp.add, acc, (grads, metrics)), None
+
+    zeros = jax.tree.map(jnp.zeros_like, params)
+    _, metrics0 = jax.eval_shape(
+      grad_fn, params, jax.tree.map(lambda x: x[0], mini), normalizer
+    )
+    zeros_m = jax.tree.map(lambda x: jnp.zeros(x.shape, x.dtype), metrics0)
+    (grads, metrics), _ = jax.lax.scan(accumulate, (zeros, zeros_m), mini)
+    grad_norm = optax.global_norm(grads)
+    finite = jnp.isfinite(grad_norm) & jnp.isfinite(metrics['loss'])
+    scale = jnp.minimum(1.0, s.grad_clip / (grad_norm + 1e-6))
+    grads = jax.tree.map(lambda g: jnp.where(finite, g * scale, 0.0), grads)
+    updates, new_opt = tx.update(grads, opt_state, params)
+    new_params = optax.apply_updates(params, updates)
+    params = _tree_where(finite, new_params, params)
+    opt_state = _tree_where(finite, new_opt, opt_state)
+    metrics = dict(metrics, grad_norm=grad_norm, skipped=(~finite).astype(jnp.float32))
+    return (params, opt_state), metrics
+
+  (state, opt_state), metrics = jax.lax.scan(one_update, (state, opt_state), minis)
+  out = {k: jnp.mean(v) for k, v in metrics.items()}
+  out['skipped'] = jnp.sum(metrics['skipped'])
+  return state, opt_state, out
+
+
+@functools.partial(jax.jit, static_argnums=(0, 1), donate_argnums=(2, 3))
+def sft_update(
+  graphdef,
+  tx: optax.GradientTransformation,
+  state: nnx.State,
+  opt_state: Any,
+  tokens: Array,
+  attn_mask: Array,
+  loss_mask: Array,
+  lr: Array,
+) -> tuple[nnx.State, Any, dict[str, Array]]:
+  """One teacher-forced cross-entropy step on [R, T] sequences.
+
+  loss_mask [R, T] marks the target tokens (the response) by their position.
+  """
+  opt_state = _set_lr(opt_state, lr)
+
+  def ce(params):
+    model = nnx.merge(graphdef, params)
+    logits = model.forward(tokens, attn_mask)[:, :-1]
+    logp = jax.nn.log_softmax(logits, axis=-1)
+    tgt = jnp.take_along_axis(logp, tokens[:, 1:, None], axis=-1)[..., 0]
+    w = loss_mask[:, 1:].astype(jnp.float32)
+    return -jnp.sum(tgt * w) / jnp.maximum(jnp.sum(w), 1.0)
+
+  loss, grads = jax.value_and_grad(ce)(state)
+  grad_norm = optax.global_norm(grads)
+  updates, opt_state = tx.update(grads, opt_state, state)
+  return (
+    optax.apply_updates(state, updates),
+    opt_state,
+    {'loss': loss, 'grad_norm': grad_norm},
+  )
