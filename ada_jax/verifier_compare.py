@@ -1,0 +1,156 @@
+"""The verifier's comparison cascade over interpreted answer values.
+
+``equiv(pred, ref, flags)`` is reference-directed: the reference's shape picks
+the rule. Relations (assignments, numeric chains, ``\\in``, inequalities as
+intervals, equations), scalars (``verifier_scalars``), matrices element-wise,
+intervals with closure and unions part by part, sets as unordered multisets,
+tuples and bare lists in order.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import sympy
+
+from ada_jax import verifier_deadline as vd
+from ada_jax import verifier_scalars as vs
+from ada_jax import verifier_values as vv
+
+
+def equiv(p: Any, r: Any, flags: vs.Flags) -> bool:
+  """Reference-directed equivalence of two interpreted values."""
+  vd.check()
+  if isinstance(r, vv.Rel):
+    return _equiv_rel(p, r, flags)
+  if isinstance(p, vv.Rel):
+    if vv.is_assignment(p):
+      return equiv(p.parts[1], r, flags)
+    if p.ops == ['in']:
+      return equiv(p.parts[1], r, flags)
+    parts = p.parts
+    if isinstance(parts[0], vv.Scalar) and isinstance(parts[0].expr, sympy.Symbol):
+      parts = parts[1:]  # a = 5 \cdot 20 + 1 = 101
+    if all(o == '=' for o in p.ops) and not any(vv.symbols_of(x) for x in parts):
+      # A numeric chain 2+3=5 answers with its last part, if it is consistent.
+      last = parts[-1]
+      return all(equiv(x, last, flags) for x in parts[:-1]) and equiv(last, r, flags)
+    return False
+  if isinstance(r, vv.Scalar):
+    return isinstance(p, vv.Scalar) and vs.scalar_equiv(p, r, flags)
+  if isinstance(r, vv.Matrix):
+    return (
+      isinstance(p, vv.Matrix)
+      and len(p.rows) == len(r.rows)
+      and all(len(pr) == len(rr) for pr, rr in zip(p.rows, r.rows, strict=True))
+      and all(
+        equiv(pc, rc, flags)
+        for pr, rr in zip(p.rows, r.rows, strict=True)
+        for pc, rc in zip(pr, rr, strict=True)
+      )
+    )
+  interval_ref = (
+    isinstance(r, vv.Seq)
+    and r.kind == 'pair'
+    and (r.brackets != '()' or isinstance(p, vv.Intervals))
+  )
+  if isinstance(r, vv.Intervals) or interval_ref:
+    pi, ri = vv.as_intervals(p), vv.as_intervals(r)
+    return pi is not None and ri is not None and _intervals_equal(pi, ri, flags)
+  if isinstance(r, vv.Seq):
+    return _equiv_seq(p, r, flags)
+  return False
+
+
+def _equiv_rel(p: Any, r: vv.Rel, flags: vs.Flags) -> bool:
+  if r.ops == ['in']:
+    return equiv(p, r.parts[1], flags)
+  ref_iv = vv.inequality_intervals(r)
+  if ref_iv is not None:
+    pred_iv = (
+      vv.inequality_intervals(p) if isinstance(p, vv.Rel) else vv.as_intervals(p)
+    )
+    return pred_iv is not None and _intervals_equal(pred_iv, ref_iv, flags)
+  if vv.is_assignment(r):
+    if (
+      isinstance(p, vv.Rel)
+      and vv.is_assignment(p)
+      and _same_lhs(p.parts[0], r.parts[0])
+    ):
+      return equiv(p.parts[1], r.parts[1], flags)
+    if not isinstance(p, vv.Rel):
+      return equiv(p, r.parts[1], flags)
+  if r.ops == ['='] and isinstance(p, vv.Rel) and p.ops == ['=']:
+    parts = p.parts + r.parts
+    if all(isinstance(x, vv.Scalar) for x in parts):
+      f = sympy.Add(parts[0].expr, -parts[1].expr)
+      g = sympy.Add(parts[2].expr, -parts[3].expr)
+      return vs.proportional(f, g)
+  return False
+
+
+def _same_lhs(a: Any, b: Any) -> bool:
+  if isinstance(a, vv.Scalar) and isinstance(b, vv.Scalar):
+    return a.expr == b.expr
+  return (
+    isinstance(a, vv.Seq)
+    and isinstance(b, vv.Seq)
+    and [i.expr for i in a.items] == [i.expr for i in b.items]
+  )
+
+
+def _equiv_seq(p: Any, r: vv.Seq, flags: vs.Flags) -> bool:
+  if not isinstance(p, vv.Seq):
+    return False
+  if r.kind in ('set', 'list', 'pm'):
+    ordered = r.kind == 'list' and p.kind in ('tuple', 'pair')
+    if p.kind in ('tuple', 'pair') and not ordered:
+      return False
+    if ordered:
+      return _ordered(p.items, r.items, flags)
+    return _unordered(p.items, r.items, flags)
+  # Reference tuple or neutral (a, b) pair.
+  if p.kind in ('tuple', 'pair') and p.brackets != r.brackets:
+    return False
+  if p.kind not in ('tuple', 'pair', 'list'):
+    return False
+  return _ordered(p.items, r.items, flags)
+
+
+def _ordered(ps: list[Any], rs: list[Any], flags: vs.Flags) -> bool:
+  return len(ps) == len(rs) and all(
+    equiv(p, r, flags) for p, r in zip(ps, rs, strict=True)
+  )
+
+
+def _unordered(ps: list[Any], rs: list[Any], flags: vs.Flags) -> bool:
+  if len(ps) != len(rs):
+    return False
+  remaining = list(ps)
+  for r in rs:
+    for k, p in enumerate(remaining):
+      if equiv(p, r, flags):
+        del remaining[k]
+        break
+    else:
+      return False
+  return True
+
+
+def _intervals_equal(p: vv.Intervals, r: vv.Intervals, flags: vs.Flags) -> bool:
+  if len(p.parts) != len(r.parts):
+    return False
+
+  def key(part: tuple[Any, Any, bool, bool]) -> float:
+    value = vs.numeric(part[0], 15) if part[0] != -sympy.oo else complex(-np.inf)
+    return value.real if value is not None else np.nan
+
+  ps, rs = sorted(p.parts, key=key), sorted(r.parts, key=key)
+  for (plo, phi, plc, phc), (rlo, rhi, rlc, rhc) in zip(ps, rs, strict=True):
+    if (plc, phc) != (rlc, rhc):
+      return False
+    for pe, re_ in ((plo, rlo), (phi, rhi)):
+      if not (pe == re_ or vs.scalar_equiv(vv.Scalar(pe), vv.Scalar(re_), flags)):
+        return False
+  return True
