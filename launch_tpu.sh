@@ -1,0 +1,435 @@
+#!/usr/bin/env bash
+# launch_tpu.sh: create a Cloud TPU VM pod, ship the committed tree to every
+# worker, and run the same ada_jax main job on all of them (plain
+# multi-controller JAX, no Pathways). `./launch_tpu.sh -h` for usage.
+#
+# Why the shape of this script (see shared/docs/jax_rl_anchors.md section 6):
+# - Every worker must run the same code and the same command, or the hosts
+#   issue different collectives and hang: `setup` ships `git archive HEAD`
+#   (never the dirty tree) and `run` starts one command with --worker=all.
+# - A stale process that still holds the TPU makes the next job fail ("TPU
+#   already in use"): `run` refuses to start on a pod where anything holds it,
+#   and `stop` waits for the job and then kills its whole process group.
+# - Spot/preemptible VMs lose their disks: the workdir (checkpoints, metrics)
+#   and the compilation cache live on GCS, so a new pod resumes with the same
+#   `run` command.
+set -euo pipefail
+# Runs on macOS bash 3.2 too: arrays that may be empty expand as ${a[@]+"${a[@]}"}.
+
+# Pinned TPU install, apart from requirements.txt (which stays CPU-safe).
+# libtpu comes from PyPI with jax[tpu] since JAX 0.4.3x; set
+# LIBTPU_FIND_LINKS only for libtpu builds that are not on PyPI.
+JAX_TPU_VERSION="0.10.2"
+GCSFS_VERSION="2026.10.1"  # needs fsspec>=2026.9.0, the version requirements.txt pins.
+LIBTPU_FIND_LINKS="${LIBTPU_FIND_LINKS:-}"
+
+# Paths on the workers, expanded there: every remote script starts with them.
+WORKER_PATHS=$(cat <<'EOF'
+CODE_DIR=$HOME/ada_jax
+VENV=$HOME/ada_venv
+LOG_DIR=$HOME/ada_logs
+PID_FILE=$HOME/ada_logs/job.pid
+EOF
+)
+
+REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+
+# Options: flags override environment variables, which override defaults.
+TPU_NAME="${ADA_TPU_NAME:-}"
+ZONE="${ADA_TPU_ZONE:-${CLOUDSDK_COMPUTE_ZONE:-}}"
+PROJECT="${ADA_TPU_PROJECT:-${CLOUDSDK_CORE_PROJECT:-}}"
+TPU_TYPE="${ADA_TPU_TYPE:-}"
+TPU_VERSION="${ADA_TPU_VERSION:-}"
+WORKDIR="${ADA_WORKDIR:-}"
+CACHE_DIR="${ADA_CACHE_DIR:-}"
+TARBALL=""
+DRY_RUN=0 SPOT=0 PREEMPTIBLE=0 ALLOW_DIRTY=0 NO_CHECK=0 FORCE=0 YES=0 FOLLOW=1
+WORKER="" LINES=100 GRACE=600
+EXTRA_ENV=() REST=()
+
+usage() {
+  cat <<'EOF'
+Usage: ./launch_tpu.sh [options] COMMAND [args]
+
+Commands:
+  create                 create the TPU VM (--type, --version, --spot|--preemptible);
+                         args after `--` go to `gcloud ... create` (e.g. --network=N)
+  setup                  ship the committed tree (git archive HEAD) to every worker,
+                         make a venv, install requirements.txt + pinned jax[tpu] + gcsfs,
+                         then check that all workers see all chips
+  run CONFIG[:ARGS] [--config.key=value ...]
+                         start `python -m ada_jax.main --config CONFIG[:ARGS]
+                         --workdir gs://...` on every worker (nohup, log + pid file per
+                         worker, ADA_DISTRIBUTED=1, persistent compilation cache);
+                         CONFIG is configs/NAME.py or just NAME
+  logs                   tail the log of worker 0 (or --worker N|all)
+  status                 TPU state (READY, PREEMPTED...) and the job on each worker
+  stop                   SIGTERM the job on every worker (it checkpoints, then exits),
+                         SIGKILL after --grace seconds; --force kills at once
+  delete                 delete the TPU VM (gcloud asks; --yes does not)
+  ssh -- CMD...          run CMD on every worker (or --worker N), e.g. to copy weights
+
+Options (environment variable in brackets):
+  --name NAME            TPU name [ADA_TPU_NAME]                         (required)
+  --zone ZONE            zone [ADA_TPU_ZONE, CLOUDSDK_COMPUTE_ZONE]      (required)
+  --project PROJECT      project [ADA_TPU_PROJECT, CLOUDSDK_CORE_PROJECT]
+                         (default: gcloud's configured project)
+  --type TYPE            accelerator type, e.g. v4-32, v5p-64, v6e-64 [ADA_TPU_TYPE]
+                         (required by create; elsewhere only prints the worker count)
+  --version VERSION      runtime version [ADA_TPU_VERSION] (default by type:
+                         v4 tpu-ubuntu2204-base, v5p v2-alpha-tpuv5,
+                         v5litepod v2-alpha-tpuv5-lite, v6e v2-alpha-tpuv6e)
+  --spot | --preemptible create a spot (or legacy preemptible) TPU
+  --workdir gs://B/DIR   run: checkpoints + metrics; the same workdir resumes [ADA_WORKDIR]
+  --cache-dir DIR        run: JAX persistent compilation cache, gs:// or a local path
+                         on the workers [ADA_CACHE_DIR] (default: WORKDIR/jax_cache)
+  --env KEY=VALUE        run: extra environment variable for the job (repeatable)
+  --allow-dirty          setup: ship HEAD even with uncommitted changes (not shipped)
+  --no-check             setup: skip the all-workers device check
+  --worker N|all         logs/ssh: which worker (logs default 0, ssh default all)
+  --lines N, --no-follow logs: tail N lines (default 100); do not follow
+  --grace SECONDS        stop: wait this long for the checkpoint before SIGKILL (600)
+  --force                stop: SIGKILL at once
+  --yes                  delete: do not ask
+  --dry-run              print every command (gcloud, git) instead of running it
+  -h, --help             this text
+
+Example (v4-32 = 4 workers x 4 chips):
+  export ADA_TPU_NAME=ada-v4 ADA_TPU_ZONE=us-central2-b
+  ./launch_tpu.sh --type v4-32 --spot create
+  ./launch_tpu.sh setup
+  ./launch_tpu.sh run tiny_arith --workdir gs://my-bucket/ada/tiny
+  ./launch_tpu.sh logs; ./launch_tpu.sh stop; ./launch_tpu.sh delete
+EOF
+}
+
+die() { echo "launch_tpu.sh: error: $*" >&2; exit 1; }
+note() { echo "# $*"; }
+
+# Quote one word for bash only when it needs it, so that dry-run output stays
+# readable (printf %q escapes commas: tpu=v4-32\,variant=...) and still pastes.
+sq() {
+  if [[ $1 =~ ^[A-Za-z0-9_./:=,@%+-]+$ ]]; then printf '%s' "$1"
+  else printf "'%s'" "${1//\'/\'\\\'\'}"; fi
+}
+
+# A multi-line remote script prints as a quoted here-document: valid bash,
+# and it reads as the script the workers run.
+show_cmd() {
+  local out=() a nl=$'\n'
+  for a in "$@"; do
+    if [[ $a =~ ^(--[A-Za-z0-9-]+=)(.*)$ && $a == *"$nl"* ]]; then
+      out+=("${BASH_REMATCH[1]}\"\$(cat <<'REMOTE'$nl${BASH_REMATCH[2]}${nl}REMOTE$nl)\"")
+    elif [[ $a =~ ^(--[A-Za-z0-9-]+=)(.*)$ ]]; then
+      out+=("${BASH_REMATCH[1]}$(sq "${BASH_REMATCH[2]}")")
+    else out+=("$(sq "$a")"); fi
+  done
+  printf '+ %s\n' "${out[*]}"
+}
+
+# Every external command goes through here: --dry-run prints instead.
+x() {
+  show_cmd "$@"
+  (( DRY_RUN )) || "$@"
+}
+
+# Workers and chips per worker of an accelerator type. The number in the
+# name counts TensorCores for v2-v5p (2 per chip on v4/v5p, 4 chips per VM)
+# and chips for v5e/v6e (one VM up to 8 chips, 4-chip VMs beyond).
+topology() {
+  local gen=${1%-*} n=${1##*-}
+  [[ $n =~ ^[0-9]+$ ]] || return 1
+  case $gen in
+    v2|v3|v4|v5p) echo "$(( n > 8 ? n / 8 : 1 )) $(( n > 8 ? 4 : n / 2 ))" ;;
+    v5litepod|v5e|v6e) if (( n <= 8 )); then echo "1 $n"; else echo "$(( n / 4 )) 4"; fi ;;
+    *) return 1 ;;
+  esac
+}
+
+default_version() {
+  case ${1%-*} in
+    v2|v3|v4) echo tpu-ubuntu2204-base ;;
+    v5p) echo v2-alpha-tpuv5 ;;
+    v5litepod|v5e) echo v2-alpha-tpuv5-lite ;;
+    v6e) echo v2-alpha-tpuv6e ;;
+    *) return 1 ;;
+  esac
+}
+
+describe_pod() {
+  local topo w c
+  [[ -n $TPU_TYPE ]] || { note "TPU $TPU_NAME ($ZONE); pass --type to see its worker count"; return; }
+  topo=$(topology "$TPU_TYPE") || die "unknown accelerator type '$TPU_TYPE' (e.g. v4-32, v5p-64, v6e-64)"
+  read -r w c <<<"$topo"
+  local label=workers
+  (( w > 1 )) || label=worker
+  note "TPU $TPU_NAME ($ZONE): $TPU_TYPE = $w $label x $c chips ($(( w * c )) chips)"
+}
+
+require() {
+  [[ -n $TPU_NAME ]] || die "no TPU name: pass --name NAME or set ADA_TPU_NAME"
+  [[ -n $ZONE ]] || die "no zone: pass --zone ZONE or set ADA_TPU_ZONE (e.g. us-central2-b for v4)"
+  LOC=(--zone="$ZONE")
+  [[ -z $PROJECT ]] || LOC+=(--project="$PROJECT")
+}
+
+ssh_workers() {  # WORKER SCRIPT
+  x gcloud compute tpus tpu-vm ssh "$TPU_NAME" "${LOC[@]}" --worker="$1" --command="$2"
+}
+
+# A remote script: variable assignments (quoted here), then a fixed body.
+remote() {
+  printf 'set -euo pipefail\n%s\n' "$WORKER_PATHS"
+  while (( $# > 1 )); do printf '%s=%s\n' "$1" "$(sq "$2")"; shift 2; done
+  cat
+}
+
+# Shared by setup and run: nothing may hold the TPU, or the new job dies
+# with "TPU already in use" on that worker while the others wait forever.
+TPU_FREE_CHECK=$(cat <<'EOF'
+if [[ -f $PID_FILE ]] && kill -0 "$(cat "$PID_FILE")" 2>/dev/null; then
+  echo "$(hostname): job $(cat "$PID_FILE") is running; ./launch_tpu.sh stop first" >&2; exit 1
+fi
+holders=$(sudo lsof -t /dev/accel* /dev/vfio/[0-9]* 2>/dev/null | sort -u | tr "\n" " " || true)
+if [[ -n ${holders// /} ]]; then
+  echo "$(hostname): the TPU is held by pid(s) $holders(a leftover process?); kill them first" >&2; exit 1
+fi
+EOF
+)
+
+cmd_create() {
+  require
+  [[ -n $TPU_TYPE ]] || die "create needs an accelerator type: --type v4-32|v5p-64|v6e-64 or ADA_TPU_TYPE"
+  describe_pod
+  local version=$TPU_VERSION
+  [[ -n $version ]] || version=$(default_version "$TPU_TYPE") \
+    || die "no default runtime version for '$TPU_TYPE': pass --version"
+  local flags=(--accelerator-type="$TPU_TYPE" --version="$version")
+  (( SPOT && PREEMPTIBLE )) && die "--spot and --preemptible exclude each other"
+  (( SPOT )) && flags+=(--spot)
+  (( PREEMPTIBLE )) && flags+=(--preemptible)
+  x gcloud compute tpus tpu-vm create "$TPU_NAME" "${LOC[@]}" "${flags[@]}" ${REST[@]+"${REST[@]}"}
+}
+
+cmd_setup() {
+  require
+  describe_pod
+  local commit=HEAD
+  TARBALL="${TMPDIR:-/tmp}/ada_jax-$TPU_NAME.tar.gz"
+  if (( DRY_RUN )); then
+    note "refuses to ship when tracked files have uncommitted changes (--allow-dirty: warn)"
+    show_cmd git -C "$REPO_ROOT" status --porcelain --untracked-files=no
+  else
+    if [[ -n $(git -C "$REPO_ROOT" status --porcelain --untracked-files=no) ]]; then
+      (( ALLOW_DIRTY )) || die "uncommitted changes in tracked files; setup ships HEAD only: commit them, or pass --allow-dirty"
+      echo "launch_tpu.sh: warning: uncommitted changes are NOT shipped; the workers get HEAD" >&2
+    fi
+    commit=$(git -C "$REPO_ROOT" rev-parse --short=12 HEAD)
+    trap 'rm -f "$TARBALL"' EXIT
+  fi
+  x git -C "$REPO_ROOT" archive --format=tar.gz -o "$TARBALL" HEAD
+  x gcloud compute tpus tpu-vm scp "$TARBALL" "$TPU_NAME:ada_jax.tar.gz" "${LOC[@]}" --worker=all
+  ssh_workers all "$(remote COMMIT "$commit" JAX_TPU_VERSION "$JAX_TPU_VERSION" \
+      GCSFS_VERSION "$GCSFS_VERSION" FIND_LINKS "$LIBTPU_FIND_LINKS" <<EOF
+$TPU_FREE_CHECK
+# jax $JAX_TPU_VERSION needs Python >= 3.11; the Ubuntu 22.04 runtimes ship 3.10.
+ok() { "\$1" -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null; }
+py=""
+for c in python3.13 python3.12 python3.11 python3; do
+  if command -v "\$c" >/dev/null && ok "\$c"; then py=\$c; break; fi
+done
+# On a fresh VM, unattended-upgrades may hold the dpkg lock: wait for it.
+apt_install() {
+  sudo apt-get -qq -o DPkg::Lock::Timeout=600 update
+  sudo DEBIAN_FRONTEND=noninteractive apt-get -qq -o DPkg::Lock::Timeout=600 install -y "\$@"
+}
+if [[ -z \$py ]]; then apt_install python3.11 python3.11-venv; py=python3.11; fi
+# Debian/Ubuntu keep ensurepip (needed by venv) in a separate package.
+"\$py" -c 'import ensurepip' 2>/dev/null || apt_install "\$py-venv"
+# Unpack beside the old tree, then swap, so a failed copy leaves a whole tree.
+rm -rf "\$CODE_DIR.new" && mkdir -p "\$CODE_DIR.new" "\$LOG_DIR"
+tar -xzf "\$HOME/ada_jax.tar.gz" -C "\$CODE_DIR.new"
+echo "\$COMMIT" > "\$CODE_DIR.new/COMMIT"
+rm -rf "\$CODE_DIR" && mv "\$CODE_DIR.new" "\$CODE_DIR"
+ok "\$VENV/bin/python" || { rm -rf "\$VENV"; "\$py" -m venv "\$VENV"; }
+"\$VENV/bin/pip" install -q --upgrade pip
+"\$VENV/bin/pip" install -q -r "\$CODE_DIR/requirements.txt"
+# -c keeps every package requirements.txt pins at its pinned version.
+"\$VENV/bin/pip" install -q \${FIND_LINKS:+-f "\$FIND_LINKS"} "jax[tpu]==\$JAX_TPU_VERSION" "gcsfs==\$GCSFS_VERSION" -c "\$CODE_DIR/requirements.txt"
+echo "\$(hostname): code \$COMMIT, \$("\$VENV/bin/python" -c 'import jax; print("jax", jax.__version__)')"
+EOF
+)"
+  (( NO_CHECK )) && return 0
+  # All workers at once, as the job will: proves multi-host init and that each
+  # host sees its chips before a long run finds out.
+  ssh_workers all "$(remote <<'EOF'
+cd "$CODE_DIR"
+timeout 600 "$VENV/bin/python" -c 'import jax; jax.distributed.initialize(); print(f"process {jax.process_index()}/{jax.process_count()}: {jax.local_device_count()} local, {jax.device_count()} global {jax.devices()[0].device_kind}")'
+EOF
+)"
+}
+
+cmd_run() {
+  require
+  (( ${#REST[@]} )) || die "run needs a config: run CONFIG[:ARGS] [--config.key=value ...]"
+  local config=${REST[0]} overrides=(${REST[@]+"${REST[@]:1}"}) o file
+  [[ $config != -* ]] || die "run needs the config first: run CONFIG[:ARGS] [--config.key=value ...]"
+  file=${config%%:*}
+  [[ $file == */* ]] || file="configs/${file%.py}.py"  # tiny_arith -> configs/tiny_arith.py
+  config=$file${config#"${config%%:*}"}
+  [[ -f $REPO_ROOT/$file ]] || echo "launch_tpu.sh: warning: $file is not in this checkout; the workers run the tree shipped by setup" >&2
+  for o in ${overrides[@]+"${overrides[@]}"}; do
+    [[ $o == --config.* ]] || die "run takes only --config.key=value after the config, got '$o'"
+  done
+  [[ -n $WORKDIR ]] || die "run needs --workdir gs://BUCKET/DIR (or ADA_WORKDIR)"
+  [[ $WORKDIR == gs://* ]] || die "--workdir must be gs://...: all workers write one checkpoint, and a preempted VM's disk is gone"
+  local cache=${CACHE_DIR:-${WORKDIR%/}/jax_cache} stamp run_name e env_lines=""
+  stamp=$(date -u +%Y%m%dT%H%M%SZ)
+  run_name=$(basename "$WORKDIR")
+  for e in ${EXTRA_ENV[@]+"${EXTRA_ENV[@]}"}; do
+    [[ $e =~ ^[A-Za-z_][A-Za-z0-9_]*=.*$ ]] || die "--env wants KEY=VALUE, got '$e'"
+    env_lines+="export ${e%%=*}=$(sq "${e#*=}")"$'\n'
+  done
+  local main_args="" a
+  for a in -m ada_jax.main --config "$config" --workdir "$WORKDIR" ${overrides[@]+"${overrides[@]}"}; do
+    main_args+=" $(sq "$a")"
+  done
+  describe_pod
+  note "1/2: check every worker is set up and its TPU is free (all or none start)"
+  ssh_workers all "$(remote <<EOF
+[[ -f \$CODE_DIR/COMMIT && -x \$VENV/bin/python ]] || { echo "\$(hostname): not set up; ./launch_tpu.sh setup" >&2; exit 1; }
+$TPU_FREE_CHECK
+echo "\$(hostname): code \$(cat "\$CODE_DIR/COMMIT"), ready"
+EOF
+)"
+  note "2/2: start the job on every worker"
+  ssh_workers all "$(remote RUN_NAME "$run_name" STAMP "$stamp" <<EOF
+cd "\$CODE_DIR"
+mkdir -p "\$LOG_DIR"
+log="\$LOG_DIR/\$RUN_NAME.\$STAMP.log"
+export ADA_DISTRIBUTED=1
+export JAX_COMPILATION_CACHE_DIR=$(sq "$cache")
+${env_lines}cmd=("\$VENV/bin/python"$main_args)
+echo "\$(date -u) \$(hostname) code \$(cat COMMIT): \${cmd[*]}" > "\$log"
+# setsid: the job leads its own process group, so stop can end its children.
+nohup setsid "\${cmd[@]}" >> "\$log" 2>&1 < /dev/null &
+echo \$! > "\$PID_FILE"
+ln -sfn "\$log" "\$LOG_DIR/latest.log"
+echo "\$(hostname): started pid \$!, log \$log"
+EOF
+)"
+}
+
+cmd_logs() {
+  require
+  local w=${WORKER:-0} tail_cmd
+  [[ $w == all || $w =~ ^[0-9]+$ ]] || die "--worker wants a number or 'all', got '$w'"
+  local topo
+  if [[ $w != all && -n $TPU_TYPE ]] && topo=$(topology "$TPU_TYPE"); then
+    (( w < ${topo%% *} )) || die "--worker $w: $TPU_TYPE has workers 0..$(( ${topo%% *} - 1 ))"
+  fi
+  tail_cmd="tail -n $LINES"
+  # Following several workers at once would interleave their lines.
+  (( FOLLOW )) && [[ $w != all ]] && tail_cmd+=" -F"
+  x gcloud compute tpus tpu-vm ssh "$TPU_NAME" "${LOC[@]}" --worker="$w" \
+    --command="$tail_cmd \"\$HOME/ada_logs/latest.log\""
+}
+
+cmd_status() {
+  require
+  describe_pod
+  x gcloud compute tpus tpu-vm describe "$TPU_NAME" "${LOC[@]}" --format='value(state,acceleratorType,health)'
+  ssh_workers all "$(remote <<'EOF'
+set +e
+state="no job"
+[[ -f $PID_FILE ]] && { kill -0 "$(cat "$PID_FILE")" 2>/dev/null && state="running pid $(cat "$PID_FILE")" || state="ended"; }
+echo "$(hostname): code $(cat "$CODE_DIR/COMMIT" 2>/dev/null || echo none), $state: $(tail -n 1 "$LOG_DIR/latest.log" 2>/dev/null)"
+EOF
+)"
+}
+
+cmd_stop() {
+  require
+  describe_pod
+  ssh_workers all "$(remote FORCE "$FORCE" GRACE "$GRACE" <<'EOF'
+[[ -f $PID_FILE ]] || { echo "$(hostname): no job"; exit 0; }
+pid=$(cat "$PID_FILE")
+if kill -0 "$pid" 2>/dev/null && (( ! FORCE )); then
+  # SIGTERM to the main process only, as a preemption does: the trainer saves
+  # a checkpoint at the next step on every host, then exits.
+  kill -TERM "$pid"
+  for (( t = 0; t < GRACE; t++ )); do kill -0 "$pid" 2>/dev/null || break; sleep 1; done
+  if kill -0 "$pid" 2>/dev/null; then echo "$(hostname): still running after ${GRACE}s, SIGKILL" >&2; fi
+fi
+# The whole group (verifier pool included), so nothing is left holding the TPU.
+kill -KILL -- "-$pid" 2>/dev/null || true
+sudo rm -f /tmp/libtpu_lockfile 2>/dev/null || true
+rm -f "$PID_FILE"
+echo "$(hostname): job $pid stopped"
+EOF
+)"
+}
+
+cmd_delete() {
+  require
+  local q=()
+  (( YES )) && q=(--quiet)
+  x gcloud compute tpus tpu-vm delete "$TPU_NAME" "${LOC[@]}" ${q[@]+"${q[@]}"}
+}
+
+cmd_ssh() {
+  require
+  (( ${#REST[@]} )) || die "ssh needs a command: ssh -- CMD..."
+  local w=${WORKER:-all}
+  [[ $w == all || $w =~ ^[0-9]+$ ]] || die "--worker wants a number or 'all', got '$w'"
+  x gcloud compute tpus tpu-vm ssh "$TPU_NAME" "${LOC[@]}" --worker="$w" --command="${REST[*]}"
+}
+
+main() {
+  (( $# )) || { usage; exit 2; }
+  local cmd="" need
+  while (( $# )); do
+    need=1
+    case $1 in
+      -h|--help) usage; exit 0 ;;
+      --name) TPU_NAME=${2-} ;;
+      --zone) ZONE=${2-} ;;
+      --project) PROJECT=${2-} ;;
+      --type) TPU_TYPE=${2-} ;;
+      --version) TPU_VERSION=${2-} ;;
+      --workdir) WORKDIR=${2-} ;;
+      --cache-dir) CACHE_DIR=${2-} ;;
+      --env) EXTRA_ENV+=("${2-}") ;;
+      --worker) WORKER=${2-} ;;
+      --lines) LINES=${2-} ;;
+      --grace) GRACE=${2-} ;;
+      --dry-run) DRY_RUN=1; need=0 ;;
+      --spot) SPOT=1; need=0 ;;
+      --preemptible) PREEMPTIBLE=1; need=0 ;;
+      --allow-dirty) ALLOW_DIRTY=1; need=0 ;;
+      --no-check) NO_CHECK=1; need=0 ;;
+      --force) FORCE=1; need=0 ;;
+      --yes) YES=1; need=0 ;;
+      --no-follow) FOLLOW=0; need=0 ;;
+      --) shift; REST+=("$@"); break ;;
+      --config.*) REST+=("$1"); need=0 ;;
+      -*) die "unknown option '$1' (see -h)" ;;
+      *) if [[ -z $cmd ]]; then cmd=$1; else REST+=("$1"); fi; need=0 ;;
+    esac
+    if (( need )); then
+      [[ $# -ge 2 && -n $2 ]] || die "$1 needs a value"
+      shift
+    fi
+    shift
+  done
+  [[ $LINES =~ ^[0-9]+$ ]] || die "--lines wants a number, got '$LINES'"
+  [[ $GRACE =~ ^[0-9]+$ ]] || die "--grace wants seconds, got '$GRACE'"
+  (( DRY_RUN )) && note "dry run: nothing is executed"
+  case $cmd in
+    create|setup|run|logs|status|stop|delete|ssh) "cmd_$cmd" ;;
+    "") usage >&2; die "no command" ;;
+    *) die "unknown command '$cmd' (see -h)" ;;
+  esac
+}
+
+main "$@"
