@@ -32,7 +32,7 @@ _WORKDIR = flags.DEFINE_string('workdir', None, 'Run directory (local or gs://).
 
 def init_distributed() -> None:
   """jax.distributed from the environment (see the module docstring)."""
-  import jax  # noqa: PLC0415
+  import jax
 
   if os.environ.get('ADA_COORDINATOR'):
     if (
@@ -51,9 +51,9 @@ def init_distributed() -> None:
 
 def validate(c) -> None:
   """Config errors before any compile; each names the key at fault."""
-  from ada_jax import adaptive  # noqa: PLC0415
+  import jax
 
-  import jax  # noqa: PLC0415
+  from ada_jax import adaptive
 
   rl = c.rl
   if rl.rule not in adaptive.RULES:
@@ -104,7 +104,7 @@ def validate(c) -> None:
 
 
 def _dp_size(c) -> int:
-  import jax  # noqa: PLC0415
+  import jax
 
   n = jax.device_count()
   shape = [c.mesh.data, c.mesh.fsdp, c.mesh.tensor]
@@ -118,7 +118,7 @@ def _dp_size(c) -> int:
 
 def _max_positions(c) -> int:
   if c.model.hf_path:
-    from ada_jax import hf  # noqa: PLC0415
+    from ada_jax import hf
 
     return int(hf.read_hf_config(c.model.hf_path).get('max_position_embeddings', 4096))
   return int(c.model.tiny.max_positions)
@@ -131,15 +131,15 @@ def _opt(value, cast):
 
 def build_trainer(c, workdir: str, *, verify_fn=None):
   """Mesh, tokenizer, data, model, settings and the Trainer from a config."""
-  import jax  # noqa: PLC0415
-  import jax.numpy as jnp  # noqa: PLC0415
-  from etils import epath  # noqa: PLC0415
+  import jax
+  import jax.numpy as jnp
+  from etils import epath
 
-  from ada_jax import adaptive, data, hf, rounds, sharding, train, update  # noqa: PLC0415
-  from ada_jax import checkpoint as checkpoint_lib  # noqa: PLC0415
-  from ada_jax import metrics as metrics_lib  # noqa: PLC0415
-  from ada_jax import model as model_lib  # noqa: PLC0415
-  from ada_jax import tokenizer as tokenizer_lib  # noqa: PLC0415
+  from ada_jax import checkpoint as checkpoint_lib
+  from ada_jax import data, hf, rounds, sharding, train, update
+  from ada_jax import metrics as metrics_lib
+  from ada_jax import model as model_lib
+  from ada_jax import tokenizer as tokenizer_lib
 
   wd = epath.Path(workdir)
   wd.mkdir(parents=True, exist_ok=True)
@@ -182,8 +182,13 @@ def build_trainer(c, workdir: str, *, verify_fn=None):
     )
   else:
     t = c.model.tiny
+    family = t.get('family', 'qwen2')
+    if family not in ('qwen2', 'qwen3', 'llama'):
+      raise ValueError(
+        f'config model.tiny.family={family!r}: one of qwen2, qwen3, llama'
+      )
     cfg = model_lib.ModelConfig(
-      model_type='qwen2',
+      model_type=family,
       vocab_size=-(-tok.vocab_size // 8) * 8,
       hidden_size=t.hidden,
       intermediate_size=t.mlp,
@@ -191,7 +196,8 @@ def build_trainer(c, workdir: str, *, verify_fn=None):
       num_heads=t.heads,
       num_kv_heads=t.kv_heads,
       head_dim=t.head_dim,
-      qkv_bias=True,
+      qkv_bias=family == 'qwen2',
+      qk_norm=family == 'qwen3',
       tie_embeddings=True,
       max_position_embeddings=t.max_positions,
       eos_token_id=tok.eos_ids[0],
@@ -286,10 +292,11 @@ def build_trainer(c, workdir: str, *, verify_fn=None):
 
 
 def main(argv) -> None:
+  """Entry point (absl app)."""
   del argv
   logging.getLogger().setLevel(logging.INFO)
   init_distributed()
-  from ada_jax import train  # noqa: PLC0415  (imports jax after distributed init)
+  from ada_jax import train
 
   c = _CONFIG.value
   if c is None or not _WORKDIR.value:

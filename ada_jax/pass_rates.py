@@ -13,14 +13,15 @@ k samples per prompt.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Sequence
 
 import jax
 import numpy as np
 from tqdm import tqdm
 
-from ada_jax import sampler, verifier
 from ada_jax import model as model_lib
+from ada_jax import sampler, verifier
 from ada_jax import tokenizer as tokenizer_lib
 
 
@@ -56,8 +57,12 @@ def sample_and_score(
     k: samples per prompt (1 with temperature 0 for greedy accuracy).
     max_new_tokens: N.
     rng: PRNG key.
-    temperature, top_p, top_k, eos_ids: sampling knobs.
-    verifier_timeout_s, verifier_workers: `verify_batch` limits.
+    temperature: sampling temperature (0: greedy).
+    top_p: nucleus mass.
+    top_k: top-k (0: off).
+    eos_ids: token ids ending a response.
+    verifier_timeout_s: per-item `verify_batch` deadline.
+    verifier_workers: `verify_batch` processes.
     verify_fn: replaces `verifier.verify_batch`.
     progress: a tqdm description, or None for no bar.
 
@@ -112,7 +117,7 @@ def histogram(pass_rate: np.ndarray, bins: int = 8) -> list[tuple[str, int]]:
   """Counts of prompts by pass rate: exactly 0, then (a, b] bins, exactly 1."""
   out = [('0', int(np.sum(pass_rate == 0)))]
   edges = np.linspace(0, 1, bins + 1)
-  for a, b in zip(edges[:-1], edges[1:], strict=True):
+  for a, b in itertools.pairwise(edges):
     n = np.sum((pass_rate > a) & (pass_rate <= b) & (pass_rate < 1))
     out.append((f'({a:.2f},{b:.2f}]', int(n)))
   out.append(('1', int(np.sum(pass_rate == 1))))

@@ -145,7 +145,7 @@ def _global_rewards(idx: np.ndarray, local: np.ndarray, s: int) -> np.ndarray:
   if jax.process_count() == 1:
     out[idx] = local
     return out
-  from jax.experimental import multihost_utils  # noqa: PLC0415
+  from jax.experimental import multihost_utils
 
   full_local = np.full((s,), np.nan, np.float32)
   full_local[idx] = local

@@ -186,7 +186,7 @@ class Trainer:
     seqs, masks, targets = [], [], []
     for e in self.train_examples:
       p = self.tok.encode(e.prompt)
-      r = self.tok.encode('\\boxed{' + e.reference + '}') + [eos]
+      r = [*self.tok.encode('\\boxed{' + e.reference + '}'), eos]
       if len(p) > self.bucket or len(r) > n:
         continue
       row = np.full(self.bucket + n, self.tok.pad_id, np.int32)
@@ -392,7 +392,7 @@ class Trainer:
 
 
 def _extract(text: str) -> str | None:
-  from ada_jax import verifier  # noqa: PLC0415
+  from ada_jax import verifier
 
   return verifier.extract(text)
 
@@ -404,9 +404,9 @@ def fit(trainer: Trainer) -> dict[str, Any]:
   and pass-rate histograms after SFT and after RL, steps run, and whether the
   run stopped for preemption.
   """
-  import json  # noqa: PLC0415
+  import json
 
-  from etils import epath  # noqa: PLC0415
+  from etils import epath
 
   rl = trainer.rl
   writer = trainer.writer
