@@ -1,0 +1,1 @@
+"""ada_jax test suite (a package so test modules share fixtures)."""
