@@ -24,10 +24,19 @@ import sys
 from absl import app, flags
 from ml_collections import config_flags
 
-_CONFIG = config_flags.DEFINE_config_file(
-  'config', None, 'Config file[:arg].', lock_config=True
-)
-_WORKDIR = flags.DEFINE_string('workdir', None, 'Run directory (local or gs://).')
+
+def define_flags() -> None:
+  """Defines --config and --workdir, once.
+
+  Not at import: other entry modules define a --config flag too, and tests
+  import several of them into one process.
+  """
+  if 'config' not in flags.FLAGS:
+    config_flags.DEFINE_config_file(
+      'config', None, 'Config file[:arg].', lock_config=True
+    )
+  if 'workdir' not in flags.FLAGS:
+    flags.DEFINE_string('workdir', None, 'Run directory (local or gs://).')
 
 
 def init_distributed() -> None:
@@ -55,6 +64,15 @@ def validate(c) -> None:
 
   from ada_jax import adaptive
 
+  # An empty hf_path builds the random tiny model with the tiny task's
+  # tokenizer, which only reads the `tiny` template: any other template
+  # means a real model was meant and its directory is missing.
+  if not c.model.hf_path and c.data.template != 'tiny':
+    raise ValueError(
+      'config model.hf_path is empty: pass --config.model.hf_path=/path/to/'
+      f'<HF model dir> (data.template={c.data.template!r} needs a real '
+      "model's tokenizer), or use the config's runlocal arg for a tiny model"
+    )
   rl = c.rl
   if rl.rule not in adaptive.RULES:
     raise ValueError(
@@ -129,6 +147,58 @@ def _opt(value, cast):
   return None if value in ('', None) else cast(value)
 
 
+def load_tokenizer(c, workdir: str):
+  """The run's tokenizer: the HF one, or the tiny task's (written to the workdir)."""
+  from ada_jax import tokenizer as tokenizer_lib
+
+  if c.model.hf_path:
+    return tokenizer_lib.load_tokenizer(c.model.tokenizer_path or c.model.hf_path)
+  tok_dir = (
+    os.path.join(workdir, 'tokenizer')
+    if not workdir.startswith('gs://')
+    else '/tmp/ada_tiny_tok'
+  )
+  return tokenizer_lib.build_tiny_tokenizer(tok_dir)
+
+
+def model_config(c, tok):
+  """The policy's ModelConfig: from model.hf_path, else the tiny model's."""
+  import jax.numpy as jnp
+
+  from ada_jax import hf
+  from ada_jax import model as model_lib
+
+  dtype, param_dtype = jnp.dtype(c.model.dtype), jnp.dtype(c.model.param_dtype)
+  if c.model.hf_path:
+    return hf.config_from_hf(
+      hf.read_hf_config(c.model.hf_path),
+      dtype=dtype,
+      param_dtype=param_dtype,
+      where=os.path.join(c.model.hf_path, 'config.json'),
+    )
+  t = c.model.tiny
+  family = t.get('family', 'qwen2')
+  if family not in ('qwen2', 'qwen3', 'llama'):
+    raise ValueError(f'config model.tiny.family={family!r}: one of qwen2, qwen3, llama')
+  return model_lib.ModelConfig(
+    model_type=family,
+    vocab_size=-(-tok.vocab_size // 8) * 8,
+    hidden_size=t.hidden,
+    intermediate_size=t.mlp,
+    num_layers=t.layers,
+    num_heads=t.heads,
+    num_kv_heads=t.kv_heads,
+    head_dim=t.head_dim,
+    qkv_bias=family == 'qwen2',
+    qk_norm=family == 'qwen3',
+    tie_embeddings=True,
+    max_position_embeddings=t.max_positions,
+    eos_token_id=tok.eos_ids[0],
+    param_dtype=param_dtype,
+    dtype=dtype,
+  )
+
+
 def build_trainer(c, workdir: str, *, verify_fn=None):
   """Mesh, tokenizer, data, model, settings and the Trainer from a config."""
   import jax
@@ -138,22 +208,12 @@ def build_trainer(c, workdir: str, *, verify_fn=None):
   from ada_jax import checkpoint as checkpoint_lib
   from ada_jax import data, hf, rounds, sharding, train, update
   from ada_jax import metrics as metrics_lib
-  from ada_jax import model as model_lib
-  from ada_jax import tokenizer as tokenizer_lib
 
   wd = epath.Path(workdir)
   wd.mkdir(parents=True, exist_ok=True)
   mesh = sharding.make_mesh(dict(c.mesh))
   dtype, param_dtype = jnp.dtype(c.model.dtype), jnp.dtype(c.model.param_dtype)
-  if c.model.hf_path:
-    tok = tokenizer_lib.load_tokenizer(c.model.tokenizer_path or c.model.hf_path)
-  else:
-    tok_dir = (
-      os.path.join(workdir, 'tokenizer')
-      if not workdir.startswith('gs://')
-      else '/tmp/ada_tiny_tok'
-    )
-    tok = tokenizer_lib.build_tiny_tokenizer(tok_dir)
+  tok = load_tokenizer(c, workdir)
   data_dir = c.data.data_dir or os.path.join(workdir, 'tfds')
   load = dict(
     data_dir=data_dir,
@@ -167,6 +227,10 @@ def build_trainer(c, workdir: str, *, verify_fn=None):
     if c.data.eval_split
     else []
   )
+  max_level = c.data.get('max_level', -1)
+  if max_level >= 0:  # A sub-ladder (e.g. the tiny run's easier levels only).
+    train_ex = [e for e in train_ex if e.level <= max_level]
+    eval_ex = [e for e in eval_ex if e.level <= max_level]
   train_ex, dropped = data.drop_long_prompts(tok, train_ex, c.data.prompt_bucket)
   eval_ex, dropped_eval = data.drop_long_prompts(tok, eval_ex, c.data.prompt_bucket)
   if dropped or dropped_eval:
@@ -181,29 +245,7 @@ def build_trainer(c, workdir: str, *, verify_fn=None):
       c.model.hf_path, dtype=dtype, param_dtype=param_dtype, mesh=mesh
     )
   else:
-    t = c.model.tiny
-    family = t.get('family', 'qwen2')
-    if family not in ('qwen2', 'qwen3', 'llama'):
-      raise ValueError(
-        f'config model.tiny.family={family!r}: one of qwen2, qwen3, llama'
-      )
-    cfg = model_lib.ModelConfig(
-      model_type=family,
-      vocab_size=-(-tok.vocab_size // 8) * 8,
-      hidden_size=t.hidden,
-      intermediate_size=t.mlp,
-      num_layers=t.layers,
-      num_heads=t.heads,
-      num_kv_heads=t.kv_heads,
-      head_dim=t.head_dim,
-      qkv_bias=family == 'qwen2',
-      qk_norm=family == 'qwen3',
-      tie_embeddings=True,
-      max_position_embeddings=t.max_positions,
-      eos_token_id=tok.eos_ids[0],
-      param_dtype=param_dtype,
-      dtype=dtype,
-    )
+    cfg = model_config(c, tok)
     model = sharding.create_sharded_model(cfg, mesh, sharding.TRAIN_RULES, seed=c.seed)
   rl = c.rl
   controller = dict(
@@ -298,13 +340,14 @@ def main(argv) -> None:
   init_distributed()
   from ada_jax import train
 
-  c = _CONFIG.value
-  if c is None or not _WORKDIR.value:
+  c, workdir = flags.FLAGS.config, flags.FLAGS.workdir
+  if c is None or not workdir:
     sys.exit('usage: python -m ada_jax.main --config CONFIG[:arg] --workdir DIR')
   validate(c)
-  trainer = build_trainer(c, _WORKDIR.value)
+  trainer = build_trainer(c, workdir)
   train.fit(trainer)
 
 
 if __name__ == '__main__':
+  define_flags()
   app.run(main)

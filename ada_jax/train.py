@@ -82,15 +82,24 @@ class Trainer:
     checkpointer: checkpoint_lib.Checkpointer | None,
     seed: int = 0,
     verify_fn: Callable[..., np.ndarray] | None = None,
+    batch_hook: Callable[[int, dict[str, Any]], dict[str, Any]] | None = None,
   ):
+    """Wires the parts.
+
+    `batch_hook(step, batch)`, if given, may replace the training batch right
+    before the update (fault injection in tests).
+    """
     self.graphdef, self.state = nnx.split(model)
     self.config = model.config
     self.mesh, self.tok, self.rl, self.sft, self.tx = mesh, tok, rl, sft, tx
     self.bucket = prompt_bucket
     self.writer, self.ckpt, self.seed = writer, checkpointer, seed
-    self.verify_fn = verify_fn
+    self.verify_fn, self.batch_hook = verify_fn, batch_hook
     self.train_examples, self.eval_examples = list(train_examples), list(eval_examples)
-    self.opt_state = jax.jit(tx.init)(self.state)
+    # Params and optimizer state keep these shardings for the whole run (the
+    # updates pin their outputs to them), so nothing recompiles after step 1.
+    self._state_shardings = jax.tree.map(lambda x: x.sharding, self.state)
+    self._rl_update, self.opt_state = self._pinned_update(tx, update.rl_update_pinned)
     self.iterator = data.PromptIterator(
       self.train_examples,
       rl.prompts_per_step,
@@ -110,6 +119,18 @@ class Trainer:
       target_groups=rl.controller.get('target_groups'),
     )
     self._sample_shardings = None
+
+  def _pinned_update(self, tx, pinned) -> tuple[Callable[..., Any], Any]:
+    """(update fn with pinned output shardings, fresh optimizer state)."""
+    abstract = jax.tree.map(
+      lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding),
+      self.state,
+    )
+    opt_shardings = jax.tree.map(
+      lambda x: x.sharding, checkpoint_lib.abstract_opt_state(tx, abstract)
+    )
+    opt_state = jax.jit(tx.init, out_shardings=opt_shardings)(self.state)
+    return pinned(self._state_shardings, opt_shardings), opt_state
 
   # Model views.
 
@@ -198,12 +219,12 @@ class Trainer:
       seqs.append(row), masks.append(m), targets.append(t)
     seqs, masks, targets = np.stack(seqs), np.stack(masks), np.stack(targets)
     opt = update.make_optimizer()
-    opt_state = jax.jit(opt.init)(self.state)
+    sft_update, opt_state = self._pinned_update(opt, update.sft_update_pinned)
     bar = tqdm(range(1, self.sft.steps + 1), desc='sft', leave=False)
     for step in bar:
       idx = rs.randint(0, len(seqs), self.sft.batch_size)
       lr = update.lr_at(step, peak=self.sft.lr, warmup=self.sft.warmup)
-      self.state, opt_state, m = update.sft_update(
+      self.state, opt_state, m = sft_update(
         self.graphdef,
         opt,
         self.state,
@@ -316,7 +337,9 @@ class Trainer:
       k: batch[k] for k in ('tokens', 'attn_mask', 'resp_mask', 'advantages')
     }
     train_batch['old_logp'] = old_logp
-    self.state, self.opt_state, um = update.rl_update(
+    if self.batch_hook is not None:
+      train_batch = self.batch_hook(self.step, train_batch)
+    self.state, self.opt_state, um = self._rl_update(
       self.graphdef,
       self.tx,
       u,

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 from typing import Any
 
 import jax
@@ -51,6 +52,7 @@ class UpdateSettings:
   grad_clip: float = 1.0
 
 
+@functools.cache  # One object per setting: a static jit arg, shared by trainers.
 def make_optimizer(
   *, b1: float = 0.9, b2: float = 0.999, eps: float = 1e-8, weight_decay: float = 0.0
 ) -> optax.GradientTransformation:
@@ -74,7 +76,8 @@ def lr_at(
     return peak
   if schedule == 'cosine':
     frac = (step - warmup) / max(total - warmup, 1)
-    return peak * 0.5 * (1 + float(jnp.cos(jnp.pi * min(max(frac, 0.0), 1.0))))
+    # math, not jnp: an eager jnp op on host data compiles mid-run.
+    return peak * 0.5 * (1 + math.cos(math.pi * min(max(frac, 0.0), 1.0)))
   raise ValueError(f'unknown lr schedule {schedule!r} (constant | cosine)')
 
 
@@ -124,8 +127,7 @@ def _split(x: Array, *sizes: int) -> Array:
   return x.reshape(*sizes, *x.shape[1:])
 
 
-@functools.partial(jax.jit, static_argnums=(0, 1, 2), donate_argnums=(3, 4))
-def rl_update(
+def _rl_update(
   graphdef,
   tx: optax.GradientTransformation,
   s: UpdateSettings,
@@ -217,8 +219,7 @@ def rl_update(
   return state, opt_state, out
 
 
-@functools.partial(jax.jit, static_argnums=(0, 1), donate_argnums=(2, 3))
-def sft_update(
+def _sft_update(
   graphdef,
   tx: optax.GradientTransformation,
   state: nnx.State,
@@ -249,4 +250,50 @@ def sft_update(
     optax.apply_updates(state, updates),
     opt_state,
     {'loss': loss, 'grad_norm': grad_norm},
+  )
+
+
+# The jitted updates. Left to itself, the partitioner may give the outputs
+# other shardings than the inputs had (e.g. norm scales split on fsdp, or the
+# optimizer state of an eager `tx.init` on one device); the next call then
+# sees new input shardings and compiles again. The trainer therefore uses the
+# `*_pinned` versions, whose params and optimizer state come out exactly as
+# they went in, so each compiles once per run.
+rl_update = jax.jit(_rl_update, static_argnums=(0, 1, 2), donate_argnums=(3, 4))
+sft_update = jax.jit(_sft_update, static_argnums=(0, 1), donate_argnums=(2, 3))
+
+
+def _hashable(tree: Any) -> tuple[Any, ...]:
+  leaves, treedef = jax.tree.flatten(tree)
+  return treedef, tuple(leaves)
+
+
+@functools.cache
+def _pinned_jit(fn: Any, n_static: int, state_key: tuple, opt_key: tuple) -> Any:
+  # Cached, so trainers with the same shardings in one process share one
+  # jitted function (and its compiled programs).
+  out = (
+    jax.tree.unflatten(state_key[0], state_key[1]),
+    jax.tree.unflatten(opt_key[0], opt_key[1]),
+    None,
+  )
+  return jax.jit(
+    fn,
+    static_argnums=tuple(range(n_static)),
+    donate_argnums=(n_static, n_static + 1),
+    out_shardings=out,
+  )
+
+
+def rl_update_pinned(state_shardings: Any, opt_shardings: Any) -> Any:
+  """`rl_update` with params and optimizer state out in the given shardings."""
+  return _pinned_jit(
+    _rl_update, 3, _hashable(state_shardings), _hashable(opt_shardings)
+  )
+
+
+def sft_update_pinned(state_shardings: Any, opt_shardings: Any) -> Any:
+  """`sft_update` with params and optimizer state out in the given shardings."""
+  return _pinned_jit(
+    _sft_update, 2, _hashable(state_shardings), _hashable(opt_shardings)
   )

@@ -11,43 +11,49 @@ Commands:
   CPU:  python -m ada_jax.main --config configs/tiny_arith.py --workdir /tmp/tiny
   CPU, another variant:
         python -m ada_jax.main --config configs/tiny_arith.py:variant=grpo --workdir /tmp/tiny_grpo
-  TPU:  ./launch_tpu.sh run --config configs/tiny_arith.py --workdir gs://BUCKET/tiny
+  TPU:  ./launch_tpu.sh run configs/tiny_arith.py:tpu=v4-32 --workdir gs://BUCKET/tiny
 
 Arg keys (comma separated): variant=grpo|pos|balance|dapo|est,
-schedule=paper|refill, seed=INT.
+schedule=paper|refill, seed=INT, tpu=v4-32|v5p-64|v6e-64 (checked; the
+tiny model stays data-parallel over all chips), runlocal (accepted; this
+config always runs locally). Parsing lives in configs/common.py.
 """
+
+import os
+import sys
 
 import ml_collections
 
-VARIANTS = ('grpo', 'pos', 'balance', 'dapo', 'est')
-SCHEDULES = ('paper', 'refill')
+try:
+  from configs import common
+except ImportError:  # Loaded from outside the repo root.
+  sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+  from configs import common
 
-
-def parse_arg(arg: str | None) -> dict[str, str]:
-  """'a=1,b=2' -> {'a': '1', 'b': '2'}; a bare word maps to ''."""
-  out = {}
-  for part in (arg or '').split(','):
-    if part.strip():
-      key, _, value = part.partition('=')
-      out[key.strip()] = value.strip()
-  return out
+CONFIG = 'configs/tiny_arith.py'
+VARIANTS = common.VARIANTS
+SCHEDULES = common.SCHEDULES
 
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   """The tiny arithmetic config; see the module docstring."""
-  args = parse_arg(arg)
-  unknown = set(args) - {'variant', 'schedule', 'seed', 'runlocal'}
-  if unknown:
-    raise ValueError(f'configs/tiny_arith.py: unknown arg keys {sorted(unknown)}')
-  variant = args.get('variant', 'balance')
-  schedule = args.get('schedule', 'paper')
-  if variant not in VARIANTS:
-    raise ValueError(f'configs/tiny_arith.py: variant={variant!r} not in {VARIANTS}')
-  if schedule not in SCHEDULES:
-    raise ValueError(f'configs/tiny_arith.py: schedule={schedule!r} not in {SCHEDULES}')
+  args = common.parse_arg(
+    arg,
+    CONFIG,
+    {
+      'variant': VARIANTS,
+      'schedule': SCHEDULES,
+      'seed': None,
+      'tpu': tuple(common.TPUS),
+      'runlocal': None,
+    },
+    {'variant': 'balance', 'schedule': 'paper', 'seed': '0', 'tpu': '', 'runlocal': ''},
+  )
+  variant = args['variant']
+  schedule = args['schedule']
 
   c = ml_collections.ConfigDict()
-  c.seed = int(args.get('seed', 0))
+  c.seed = int(args['seed'])
   c.mesh = ml_collections.ConfigDict(dict(data=-1, fsdp=1, tensor=1))
 
   c.model = ml_collections.ConfigDict()
@@ -69,6 +75,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   c.data.manual_dir = ''
   c.data.template = 'tiny'
   c.data.prompt_bucket = 16
+  c.data.max_level = -1  # -1: every level of the ladder; k: levels 0..k only.
 
   c.rl = ml_collections.ConfigDict()
   c.rl.steps = 40
@@ -116,7 +123,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   if variant == 'grpo':
     c.rl.slots = c.rl.prompts_per_step * c.rl.group_size
 
-  c.sft = ml_collections.ConfigDict(dict(steps=300, batch_size=64, lr=2e-3, warmup=20))
+  c.sft = ml_collections.ConfigDict(dict(steps=800, batch_size=64, lr=3e-3, warmup=30))
 
   c.verifier = ml_collections.ConfigDict(dict(timeout_s=2.0, workers=2))
   c.checkpoint = ml_collections.ConfigDict(dict(every=20, keep=2))

@@ -1,0 +1,380 @@
+r"""Ave@k and pass@k of a policy on benchmark sets (reference section 8.2).
+
+  python -m ada_jax.evaluate --config CONFIG[:arg] --checkpoint DIR \
+      --datasets math500,minerva_math,olympiadbench,aime_like --k 32 \
+      [--out DIR] [--max-new-tokens N] [--temperature 1.0] [--slots S] \
+      [--config.key=value ...]
+
+DIR is a run workdir (its latest checkpoint is restored through
+`main.build_trainer`, so the config must describe the run's model) or a
+Hugging Face directory (config.json + safetensors; its tokenizer unless
+`model.tokenizer_path` is set). Every problem gets k samples at temperature
+1.0 (the reference: K=32, 4096 new tokens), all through
+`pass_rates.sample_and_score`, i.e. the run's fixed-shape sampler in chunks
+of S slots: one compile for the whole evaluation. New tokens default to
+4096, capped (with a warning) by the model's position limit minus the
+prompt bucket: Qwen2.5-Math has 4096 positions, so 1024 + 3072.
+
+Datasets: `math500`, `minerva_math`, `olympiadbench`, `aime_like`,
+`validate`, `custom` or any `ada_math_local/<config>` (their default
+split), `ada_arith` (its test split); `NAME:SPLIT` picks another split.
+The reference grades Minerva with the Qwen2.5-Math grader; here every set
+uses `ada_jax.verifier`.
+
+Writes OUT/eval.json and OUT/eval.md (OUT defaults to CHECKPOINT/eval):
+per set the problems, Ave@k (mean accuracy over problems x k samples) and
+the unbiased pass@j for j = 1, 2, 4, ... k; and the size-weighted average
+over the sets (weights 500/272/675/230 for the paper's four benchmarks,
+the number of problems otherwise). `--temperature 0 --k 1` gives the
+reference's greedy validation (`--datasets validate`).
+
+Dimension legend: Q problems, k samples per problem.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import math
+import os
+import sys
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+# Reference section 8.2: Table 1's weighted average uses the set sizes.
+PAPER_WEIGHTS = {
+  'math500': 500,
+  'minerva_math': 272,
+  'olympiadbench': 675,
+  'aime_like': 230,
+}
+DEFAULT_MAX_NEW_TOKENS = 4096
+
+
+def pass_at_k(num_samples: int, num_correct: np.ndarray, k: int) -> np.ndarray:
+  """Unbiased pass@k per problem: 1 - C(n - c, k) / C(n, k) (Chen et al. 2021).
+
+  Args:
+    num_samples: n samples drawn per problem (n >= k).
+    num_correct: int [Q], correct samples c per problem.
+    k: the budget.
+  """
+  if not 1 <= k <= num_samples:
+    raise ValueError(f'pass@{k} needs 1 <= k <= n={num_samples}')
+  c = np.asarray(num_correct, np.int64)
+  out = np.ones(c.shape, np.float64)
+  for i, ci in enumerate(c.ravel()):
+    if num_samples - ci >= k:  # Otherwise every k-subset holds a correct one.
+      out.flat[i] = 1.0 - math.comb(num_samples - ci, k) / math.comb(num_samples, k)
+  return out
+
+
+def pass_budgets(k: int) -> list[int]:
+  """1, 2, 4, ... up to k, and k itself."""
+  out = [j for j in (2**i for i in range(k.bit_length())) if j <= k]
+  return out if out[-1] == k else [*out, k]
+
+
+def score_set(correct_QxK: np.ndarray) -> dict[str, Any]:
+  """Ave@k and pass@j of one set from its correctness matrix bool [Q, k]."""
+  q, k = correct_QxK.shape
+  counts = correct_QxK.sum(axis=1)
+  return {
+    'problems': int(q),
+    'ave_at_k': float(correct_QxK.mean()) if q else float('nan'),
+    'pass_at': {
+      str(j): float(pass_at_k(k, counts, j).mean()) if q else float('nan')
+      for j in pass_budgets(k)
+    },
+  }
+
+
+def weighted(results: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+  """Size-weighted average of Ave@k and pass@j over the sets."""
+  weights = {
+    name: PAPER_WEIGHTS.get(name, r['problems'])
+    for name, r in results.items()
+    if r['problems']
+  }
+  total = sum(weights.values())
+  if not total:
+    return {'weights': weights, 'ave_at_k': float('nan'), 'pass_at': {}}
+  first = next(iter(results.values()))
+
+  def avg(get):
+    return sum(w * get(results[n]) for n, w in weights.items()) / total
+
+  return {
+    'weights': weights,
+    'ave_at_k': avg(lambda r: r['ave_at_k']),
+    'pass_at': {j: avg(lambda r, j=j: r['pass_at'][j]) for j in first['pass_at']},
+  }
+
+
+def markdown(report: Mapping[str, Any]) -> str:
+  """The results as a markdown table (percent)."""
+  k = report['k']
+  budgets = list(report['weighted']['pass_at']) or [str(j) for j in pass_budgets(k)]
+  head = ['set', 'problems', f'Ave@{k}', *[f'pass@{j}' for j in budgets]]
+  lines = [
+    f'Checkpoint `{report["checkpoint"]}` (step {report["step"]}), k={k}, '
+    f'temperature {report["temperature"]}, {report["max_new_tokens"]} new tokens.',
+    '',
+    '| ' + ' | '.join(head) + ' |',
+    '|' + '---|' * len(head),
+  ]
+
+  def row(name, problems, r):
+    vals = [r['ave_at_k'], *[r['pass_at'].get(j, float('nan')) for j in budgets]]
+    return (
+      f'| {name} | {problems} | ' + ' | '.join(f'{100 * v:.1f}' for v in vals) + ' |'
+    )
+
+  for name, r in report['datasets'].items():
+    lines.append(row(name, r['problems'], r))
+  w = report['weighted']
+  total = sum(r['problems'] for r in report['datasets'].values())
+  lines.append(row('weighted avg', total, w))
+  return '\n'.join(lines) + '\n'
+
+
+def dataset_split(name: str) -> tuple[str, str]:
+  """`math500` -> (`ada_math_local/math500`, `test`); `NAME:SPLIT` overrides."""
+  from ada_jax.datasets import ada_math_local
+
+  name, _, split = name.partition(':')
+  configs = {c.name: c for c in ada_math_local.CONFIGS}
+  if name == 'ada_arith':
+    return name, split or 'test'
+  short = name.removeprefix('ada_math_local/')
+  if short not in configs:
+    raise ValueError(
+      f'--datasets: unknown set {name!r}; use ada_arith or one of {sorted(configs)}'
+    )
+  return f'ada_math_local/{short}', split or configs[short].split
+
+
+def _is_hf_dir(path: str) -> bool:
+  """config.json next to safetensors (a run workdir has a config.json too)."""
+  if path.startswith('gs://'):
+    return False
+  return os.path.isfile(os.path.join(path, 'config.json')) and any(
+    os.path.isfile(os.path.join(path, f))
+    for f in ('model.safetensors', 'model.safetensors.index.json')
+  )
+
+
+def load_policy(c, checkpoint: str) -> tuple[Any, Any, int, int]:
+  """(sampling-layout model, tokenizer, step, max positions) from a checkpoint."""
+  import jax.numpy as jnp
+
+  from ada_jax import hf, sharding
+  from ada_jax import main as main_lib
+  from ada_jax import tokenizer as tokenizer_lib
+
+  if _is_hf_dir(checkpoint):
+    mesh = sharding.make_mesh(dict(c.mesh))
+    tok = tokenizer_lib.load_tokenizer(c.model.tokenizer_path or checkpoint)
+    model = hf.load_model(
+      checkpoint,
+      dtype=jnp.dtype(c.model.dtype),
+      param_dtype=jnp.dtype(c.model.param_dtype),
+      mesh=mesh,
+      rules=sharding.SAMPLE_RULES,
+    )
+    return model, tok, 0, model.config.max_position_embeddings
+  from etils import epath
+
+  if not (epath.Path(checkpoint) / 'checkpoints').exists():
+    raise FileNotFoundError(
+      f'--checkpoint {checkpoint}: no checkpoint under {checkpoint}/checkpoints '
+      'and no config.json + safetensors (not an HF directory either)'
+    )
+  trainer = main_lib.build_trainer(c, checkpoint)
+  if not trainer.ckpt.steps():
+    raise FileNotFoundError(
+      f'--checkpoint {checkpoint}: no checkpoint under {checkpoint}/checkpoints '
+      'and no config.json (not an HF directory either)'
+    )
+  model = trainer.sampling_model()
+  return model, trainer.tok, trainer.step, trainer.config.max_position_embeddings
+
+
+def evaluate(
+  c,
+  checkpoint: str,
+  datasets: Sequence[str],
+  *,
+  k: int,
+  out_dir: str,
+  max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS,
+  temperature: float = 1.0,
+  slots: int | None = None,
+  seed: int = 42,
+  verify_fn=None,
+) -> dict[str, Any]:
+  """Samples and scores every set; writes OUT/eval.json and OUT/eval.md.
+
+  Args:
+    c: the run's ConfigDict (mesh, model, data, sampling, verifier).
+    checkpoint: a run workdir or an HF directory.
+    datasets: set names (see the module docstring).
+    k: samples per problem.
+    out_dir: where the JSON and markdown go (created).
+    max_new_tokens: capped by the position limit minus `data.prompt_bucket`.
+    temperature: 1.0 for Ave@k; 0 for greedy (then use k=1).
+    slots: prompts per sampler chunk; default `rl.slots`.
+    seed: PRNG seed of the samples (the reference: 42).
+    verify_fn: replaces `verifier.verify_batch` (tests).
+
+  Returns:
+    The report written to eval.json.
+  """
+  import jax
+  from etils import epath
+
+  from ada_jax import data, pass_rates
+
+  sets = [dataset_split(name) for name in datasets]
+  model, tok, step, positions = load_policy(c, checkpoint)
+  bucket = c.data.prompt_bucket
+  limit = positions - bucket
+  if max_new_tokens > limit:
+    logging.warning(
+      'max_new_tokens=%d capped at %d: the model has %d positions and the '
+      'prompt bucket (data.prompt_bucket) takes %d',
+      max_new_tokens,
+      limit,
+      positions,
+      bucket,
+    )
+    max_new_tokens = limit
+  data_dir = c.data.data_dir or (
+    os.path.join(checkpoint, 'tfds')
+    if not _is_hf_dir(checkpoint)
+    else os.path.join(out_dir, 'tfds')
+  )
+  results, dropped = {}, {}
+  for i, (name, split) in enumerate(sets):  # Keyed by the name as given.
+    ex = data.load_examples(
+      name,
+      split,
+      data_dir=data_dir,
+      manual_dir=c.data.manual_dir or None,
+      tokenizer=tok,
+      template=c.data.template,
+    )
+    ex, dropped[name] = data.drop_long_prompts(tok, ex, bucket)
+    if dropped[name]:
+      logging.warning(
+        '%s: %d problems longer than data.prompt_bucket=%d are not scored',
+        name,
+        dropped[name],
+        bucket,
+      )
+    enc = data.encode_prompts(tok, [e.prompt for e in ex], bucket)
+    correct, _ = pass_rates.sample_and_score(
+      model,
+      tok,
+      enc.tokens,
+      enc.mask,
+      [e.reference for e in ex],
+      slots=slots or c.rl.slots,
+      k=k,
+      max_new_tokens=max_new_tokens,
+      rng=jax.random.fold_in(jax.random.key(seed), i),
+      temperature=temperature,
+      top_p=c.sampling.top_p,
+      top_k=c.sampling.top_k,
+      eos_ids=tok.eos_ids,
+      verifier_timeout_s=c.verifier.timeout_s,
+      verifier_workers=c.verifier.workers or None,
+      verify_fn=verify_fn,
+      progress=name,
+    )
+    key = datasets[i].removeprefix('ada_math_local/')
+    results[key] = {**score_set(correct), 'split': split, 'dropped': dropped[name]}
+  report = {
+    'checkpoint': checkpoint,
+    'step': step,
+    'k': k,
+    'temperature': temperature,
+    'max_new_tokens': max_new_tokens,
+    'seed': seed,
+    'datasets': results,
+    'weighted': weighted(results),
+  }
+  if jax.process_index() == 0:
+    out = epath.Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / 'eval.json').write_text(json.dumps(report, indent=2))
+    (out / 'eval.md').write_text(markdown(report))
+    print(markdown(report))
+  return report
+
+
+def _load_config(config: str, overrides: Sequence[str]):
+  """The ConfigDict of `CONFIG[:arg]` with `--config.x=v` overrides (absl)."""
+  from absl import flags
+  from ml_collections import config_flags
+
+  argv = ['evaluate', f'--config={config}', *overrides]
+  fv = flags.FlagValues()
+  holder = config_flags.DEFINE_config_file(
+    'config', None, 'config', flag_values=fv, sys_argv=argv
+  )
+  fv(argv)
+  return holder.value
+
+
+def parser() -> argparse.ArgumentParser:
+  """The command line's options; `--config.x=v` overrides are passed through."""
+  p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  p.add_argument('--config', required=True, help='configs/NAME.py[:arg]')
+  p.add_argument('--checkpoint', required=True, help='run workdir or HF dir')
+  p.add_argument('--datasets', default='math500,minerva_math,olympiadbench,aime_like')
+  p.add_argument('--k', type=int, default=32)
+  p.add_argument('--out', default=None, help='default: CHECKPOINT/eval')
+  p.add_argument('--max-new-tokens', type=int, default=DEFAULT_MAX_NEW_TOKENS)
+  p.add_argument('--temperature', type=float, default=1.0)
+  p.add_argument('--slots', type=int, default=None, help='default: rl.slots')
+  p.add_argument('--seed', type=int, default=42)
+  return p
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+  """Command line (see the module docstring)."""
+  parser_ = parser()
+  args, rest = parser_.parse_known_args(argv)
+  bad = [a for a in rest if not a.startswith('--config.')]
+  if bad:
+    parser_.error(f'unknown arguments {bad}')
+  logging.getLogger().setLevel(logging.INFO)
+  from ada_jax import main as main_lib
+
+  main_lib.init_distributed()
+  c = _load_config(args.config, rest)
+  if not c.model.hf_path and _is_hf_dir(args.checkpoint):
+    c.model.hf_path = args.checkpoint
+  try:
+    main_lib.validate(c)
+    evaluate(
+      c,
+      args.checkpoint,
+      [d.strip() for d in args.datasets.split(',') if d.strip()],
+      k=args.k,
+      out_dir=args.out or os.path.join(args.checkpoint, 'eval'),
+      max_new_tokens=args.max_new_tokens,
+      temperature=args.temperature,
+      slots=args.slots,
+      seed=args.seed,
+    )
+  except (FileNotFoundError, ValueError) as e:
+    sys.exit(f'error: {e}')
+
+
+if __name__ == '__main__':
+  main()

@@ -1,0 +1,193 @@
+r"""Exports a run's latest checkpoint as a Hugging Face directory.
+
+  python -m ada_jax.export --workdir DIR --out HF_DIR \
+      [--config configs/tiny_arith.py[:arg] [--config.key=value ...]]
+
+The run's config comes from `DIR/config.json` (written by the trainer's
+MetricsWriter) unless `--config` is given. The model skeleton is rebuilt from
+it (the HF architecture of `model.hf_path`, or the tiny model), the params of
+the latest complete checkpoint are restored into it (no optimizer state), and
+`HF_DIR` gets what `ada_jax.hf.save_model` writes (config.json,
+generation_config.json, safetensors) plus the tokenizer files and a chat
+template, so that
+
+  transformers.AutoModelForCausalLM.from_pretrained(HF_DIR)
+  transformers.PreTrainedTokenizerFast.from_pretrained(HF_DIR)
+
+load the trained policy. A tokenizer without a chat template (the tiny
+task's, base models) gets one that renders the run's prompt template around
+the user message, so `apply_chat_template(..., add_generation_prompt=True)`
+gives exactly the prompts the policy was trained on.
+
+Export from a finished or paused run: opening the checkpoint directory
+clears unfinished (tmp) saves, which would break a save in progress.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import sys
+from typing import Any
+
+from absl import app, flags
+
+# Files of a HF tokenizer directory; config.json and generation_config.json
+# are the model's and come from save_model.
+TOKENIZER_FILES = (
+  'tokenizer.json',
+  'tokenizer_config.json',
+  'special_tokens_map.json',
+  'added_tokens.json',
+  'vocab.json',
+  'merges.txt',
+  'tokenizer.model',
+  'chat_template.jinja',
+  'chat_template.json',
+)
+
+# Chat templates that render the run's prompt template around the last user
+# message (the `tiny` and `plain` templates of ada_jax.prompts).
+_TINY_TEMPLATE = (
+  "{%- for m in messages %}{%- if m['role'] == 'user' %}Q:{{ m['content'] }}="
+  "{%- elif m['role'] == 'assistant' %}{{ m['content'] }}{{ eos_token }}"
+  '{%- endif %}{%- endfor %}'
+)
+
+
+def _plain_template() -> str:
+  from ada_jax import prompts
+
+  def lit(text: str) -> str:  # A jinja string literal.
+    return json.dumps(text)
+
+  return (
+    "{%- for m in messages %}{%- if m['role'] == 'user' %}"
+    '{{ bos_token or "" }}'
+    '{{ ' + lit(prompts.SYSTEM_PROMPT + '\n\n') + " }}{{ m['content'] }}"
+    '{{ ' + lit(prompts.USER_SUFFIX + '\n') + ' }}'
+    "{%- elif m['role'] == 'assistant' %}{{ m['content'] }}{{ eos_token }}"
+    '{%- endif %}{%- endfor %}'
+  )
+
+
+def chat_template_for(template: str) -> str | None:
+  """A chat template reproducing a concrete prompt template, or None (`chat`)."""
+  if template == 'tiny':
+    return _TINY_TEMPLATE
+  if template == 'plain':
+    return _plain_template()
+  return None
+
+
+def read_config(workdir: str) -> Any:
+  """The run's ConfigDict from WORKDIR/config.json."""
+  import ml_collections
+  from etils import epath
+
+  from ada_jax import metrics as metrics_lib
+
+  path = epath.Path(workdir) / metrics_lib.CONFIG_FILE
+  if not path.exists():
+    raise FileNotFoundError(f'{path} not found: pass --config CONFIG[:arg]')
+  return ml_collections.ConfigDict(json.loads(path.read_text()))
+
+
+def write_tokenizer(tok, out: str, template: str) -> None:
+  """Copies the tokenizer files to `out` and adds a chat template if needed."""
+  for name in TOKENIZER_FILES:
+    src = os.path.join(tok.path, name)
+    if os.path.exists(src):
+      shutil.copyfile(src, os.path.join(out, name))
+  if tok.has_chat_template:
+    return
+  chat = chat_template_for(template)
+  if chat is None:
+    return
+  with open(os.path.join(out, 'chat_template.jinja'), 'w') as f:
+    f.write(chat)
+  config_path = os.path.join(out, 'tokenizer_config.json')
+  config = {}
+  if os.path.exists(config_path):
+    with open(config_path) as f:
+      config = json.load(f)
+  config['chat_template'] = chat
+  with open(config_path, 'w') as f:
+    json.dump(config, f, indent=2, sort_keys=True)
+
+
+def export(c, workdir: str, out: str) -> int:
+  """Writes the latest checkpoint of `workdir` as an HF directory at `out`.
+
+  Args:
+    c: the run's config (ConfigDict).
+    workdir: run directory holding `checkpoints/`.
+    out: output directory (created).
+
+  Returns:
+    The exported checkpoint's step.
+
+  Raises:
+    FileNotFoundError: the workdir has no usable checkpoint.
+  """
+  import jax
+  from flax import nnx
+
+  from ada_jax import checkpoint as checkpoint_lib
+  from ada_jax import hf, prompts, sharding
+  from ada_jax import main as main_lib
+  from ada_jax import model as model_lib
+
+  tok = main_lib.load_tokenizer(c, workdir)
+  config = main_lib.model_config(c, tok)
+  # Params split over all devices (fsdp): any mesh restores any checkpoint.
+  mesh = sharding.make_mesh((1, -1, 1))
+  abstract = nnx.eval_shape(lambda: model_lib.Transformer(config, rngs=nnx.Rngs(0)))
+  graphdef, abs_state = nnx.split(abstract)
+  shardings = sharding.state_shardings(abs_state, mesh, sharding.TRAIN_RULES)
+  target = jax.tree.map(
+    lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s),
+    abs_state,
+    shardings,
+  )
+  ckpt = checkpoint_lib.Checkpointer(workdir, keep=1 << 30)
+  try:
+    got = ckpt.restore_latest(target)
+  finally:
+    ckpt.close()
+  if got is None:
+    raise FileNotFoundError(f'no usable checkpoint in {workdir}/checkpoints')
+  step, params, _, _ = got
+  hf.save_model(nnx.merge(graphdef, params), out)
+  if jax.process_index() == 0:
+    template = prompts.resolve(c.data.template, c.data.name, tok)
+    write_tokenizer(tok, out, template)
+  logging.info('export: step %d of %s -> %s', step, workdir, out)
+  return step
+
+
+def main(argv) -> None:
+  """Entry point (absl app); --config and --workdir are ada_jax.main's flags."""
+  del argv
+  logging.getLogger().setLevel(logging.INFO)
+  fl = flags.FLAGS
+  workdir, out = fl.workdir, fl.out
+  if not workdir or not out:
+    sys.exit(
+      'usage: python -m ada_jax.export --workdir DIR --out HF_DIR [--config ...]'
+    )
+  c = fl.config if fl.config is not None else read_config(workdir)
+  step = export(c, workdir, out)
+  print(f'exported step {step} of {workdir} to {out}')
+
+
+if __name__ == '__main__':
+  # ada_jax.main defines --config (CONFIG[:arg] plus --config.key=value
+  # overrides) and --workdir; this command adds --out.
+  from ada_jax import main as main_lib
+
+  main_lib.define_flags()
+  flags.DEFINE_string('out', None, 'Output HF directory.')
+  app.run(main)

@@ -1,0 +1,215 @@
+r"""Expands an experiment module's `sweep()` into training commands.
+
+  python -m ada_jax.sweep experiments/NAME.py                  # print them
+  python -m ada_jax.sweep experiments/NAME.py --run            # run here, in turn
+  python -m ada_jax.sweep experiments/NAME.py --tpu POD \
+      --workdir-root gs://BUCKET/ada [--run]                   # via launch_tpu.sh
+
+`sweep()` returns a list of dicts, one per run:
+
+  config     configs/<name>.py
+  arg        the config's arg string ('' for none), e.g. 'variant=grpo'
+  overrides  {'rl.steps': 20, 'seed': 1}: `--config.rl.steps=20 --config.seed=1`
+  name       the run's workdir below ROOT/NAME/ (unique within the sweep)
+
+Every run's config is built (with its overrides) before anything is printed
+or started, so a typo fails at once. Locally, `--run` skips runs whose
+workdir already holds a finished summary.json and resumes the others (main
+resumes from the latest checkpoint). With `--tpu POD --run`, each run is
+started with `./launch_tpu.sh --name POD run ...` and polled with `status`
+until no worker holds a job, then the next one starts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import importlib.util
+import json
+import os
+import shlex
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+DEFAULT_ROOT = '/tmp/ada_sweeps'
+
+
+@dataclasses.dataclass(frozen=True)
+class Run:
+  """One expanded run.
+
+  Attributes:
+    name: workdir suffix from the sweep entry.
+    workdir: ROOT/<experiment>/<name>.
+    config: `CONFIG[:arg]` as main's --config takes it.
+    overrides: `--config.key=value` flags.
+  """
+
+  name: str
+  workdir: str
+  config: str
+  overrides: tuple[str, ...]
+
+  def main_argv(self) -> list[str]:
+    """`python -m ada_jax.main ...` as an argv."""
+    return [
+      sys.executable,
+      '-m',
+      'ada_jax.main',
+      f'--config={self.config}',
+      f'--workdir={self.workdir}',
+      *self.overrides,
+    ]
+
+  def tpu_argv(self, tpu: str) -> list[str]:
+    """`./launch_tpu.sh --name POD run ...` as an argv."""
+    return [
+      './launch_tpu.sh',
+      '--name',
+      tpu,
+      'run',
+      self.config,
+      '--workdir',
+      self.workdir,
+      *self.overrides,
+    ]
+
+
+def load_module(path: str) -> Any:
+  """Imports an experiment module from its file path."""
+  name = os.path.splitext(os.path.basename(path))[0]
+  spec = importlib.util.spec_from_file_location(f'ada_experiment_{name}', path)
+  if spec is None or spec.loader is None:
+    raise ValueError(f'{path}: not a Python module')
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  if not callable(getattr(module, 'sweep', None)):
+    raise ValueError(f'{path}: defines no sweep()')
+  return module
+
+
+def build_config(config: str, overrides: Sequence[str]) -> Any:
+  """The ConfigDict main would build from `--config=CONFIG` and overrides."""
+  from absl import flags
+  from ml_collections import config_flags
+
+  argv = ['sweep', f'--config={config}', *overrides]
+  fv = flags.FlagValues()
+  holder = config_flags.DEFINE_config_file(
+    'config', None, 'config', flag_values=fv, lock_config=True, sys_argv=argv
+  )
+  fv(argv)
+  return holder.value
+
+
+def _flag(key: str, value: Any) -> str:
+  if isinstance(value, bool):
+    value = str(value).lower()
+  return f'--config.{key}={value}'
+
+
+def expand(path: str, *, root: str = DEFAULT_ROOT, check: bool = True) -> list[Run]:
+  """The runs of `path`'s sweep(), workdirs below ROOT/<experiment>/.
+
+  Raises:
+    ValueError: a malformed entry, a duplicate name, or (check=True) a
+      config that does not build with its arg and overrides.
+  """
+  module = load_module(path)
+  experiment = os.path.splitext(os.path.basename(path))[0]
+  runs, seen = [], set()
+  for i, entry in enumerate(module.sweep()):
+    unknown = set(entry) - {'config', 'arg', 'overrides', 'name'}
+    if unknown or 'config' not in entry or 'name' not in entry:
+      raise ValueError(
+        f'{path}: sweep()[{i}] needs config and name (optional arg, overrides); '
+        f'unknown keys {sorted(unknown)}'
+      )
+    if entry['name'] in seen:
+      raise ValueError(f'{path}: sweep() repeats the name {entry["name"]!r}')
+    seen.add(entry['name'])
+    arg = entry.get('arg', '')
+    config = f'{entry["config"]}:{arg}' if arg else entry['config']
+    overrides: Mapping[str, Any] = entry.get('overrides', {})
+    flags = tuple(_flag(k, v) for k, v in overrides.items())
+    if check:
+      try:
+        build_config(config, flags)
+      except Exception as e:  # absl wraps the config's own errors.
+        raise ValueError(f'{path}: sweep()[{i}] {entry["name"]!r}: {e}') from e
+    workdir = f'{root.rstrip("/")}/{experiment}/{entry["name"]}'
+    runs.append(Run(entry['name'], workdir, config, flags))
+  return runs
+
+
+def _finished(workdir: str) -> bool:
+  summary = os.path.join(workdir, 'summary.json')
+  if workdir.startswith('gs://') or not os.path.isfile(summary):
+    return False
+  with open(summary) as f:
+    return 'after_rl' in json.load(f)
+
+
+def _tpu_busy(tpu: str, runner: Callable[..., Any]) -> bool:
+  out = runner(
+    ['./launch_tpu.sh', '--name', tpu, 'status'], capture_output=True, text=True
+  )
+  return 'running pid' in (out.stdout or '')
+
+
+def run_all(
+  runs: Sequence[Run],
+  *,
+  tpu: str | None = None,
+  runner: Callable[..., Any] = subprocess.run,
+  poll_s: float = 60.0,
+) -> None:
+  """Runs each in turn: locally, or on the pod `tpu` (waiting for each job)."""
+  for i, run in enumerate(runs):
+    print(f'[{i + 1}/{len(runs)}] {run.name}', flush=True)
+    if tpu is None:
+      if _finished(run.workdir):
+        print(f'  {run.workdir} has a finished summary.json: skipped', flush=True)
+        continue
+      runner(run.main_argv(), check=True)
+      continue
+    runner(run.tpu_argv(tpu), check=True)
+    while _tpu_busy(tpu, runner):
+      time.sleep(poll_s)
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+  """Command line (see the module docstring)."""
+  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  parser.add_argument('experiment', help='experiments/NAME.py')
+  parser.add_argument('--run', action='store_true', help='run instead of printing')
+  parser.add_argument('--tpu', default=None, help='TPU name for launch_tpu.sh')
+  parser.add_argument(
+    '--workdir-root',
+    default=os.environ.get('ADA_SWEEP_ROOT', ''),
+    help=f'ROOT of the workdirs [ADA_SWEEP_ROOT] (default {DEFAULT_ROOT}; '
+    'gs://... with --tpu)',
+  )
+  args = parser.parse_args(argv)
+  root = args.workdir_root or DEFAULT_ROOT
+  if args.tpu and not root.startswith('gs://'):
+    parser.error('--tpu needs --workdir-root gs://BUCKET/DIR (or ADA_SWEEP_ROOT)')
+  try:
+    runs = expand(args.experiment, root=root)
+  except (ValueError, FileNotFoundError) as e:
+    sys.exit(f'error: {e}')
+  if not args.run:
+    for run in runs:
+      argv_ = run.tpu_argv(args.tpu) if args.tpu else run.main_argv()
+      if not args.tpu:
+        argv_[0] = 'python'
+      print(shlex.join(argv_))
+    return
+  run_all(runs, tpu=args.tpu)
+
+
+if __name__ == '__main__':
+  main()

@@ -1,0 +1,566 @@
+"""Sampler throughput: ada_jax.sampler vs tunix's JAX Sampler vs transformers.
+
+One run measures all three systems on the same machine, on the same model
+files: a random Qwen2-shaped model (4 layers, hidden 256, 4 heads of 64, 2 KV
+heads, MLP 1024, vocab 2048, tied embeddings, fp32) built with transformers
+(torch CPU, seeded) and saved as safetensors into a temp dir, which each
+system then loads with its own loader.
+
+Figures (tokens/s = generated tokens / wall time; every system warmed up once
+with the same shapes, then the best of `--repeats` timed runs):
+  * the machine's fp32 matmul peak (jitted `jnp.dot` of square matrices), and
+    for each system the roofline fraction 2 * params * tokens / time / peak;
+  * case A: B=64 rows (and B=256), prompts left-padded to 32 with real
+    lengths 16..32, 64 new tokens, temperature 1, no early stop:
+    ours (`sampler.sample`), tunix (`Sampler.__call__`), transformers
+    (`generate`, do_sample, KV cache, min_new_tokens = max_new_tokens);
+  * case B, the RL case: 64 prompts of 256 tokens, 4 rounds of 8 samples per
+    prompt, 64 new tokens: ours = `prefill` once, then 4 x `sample_round` over
+    512 slots; tunix = one call per round with each prompt repeated 8 times;
+  * a sanity check that tunix loaded the same weights: its prefill logits and
+    greedy tokens against transformers (and ours, greedy, likewise).
+Targets: ours >= 1.3x tunix in case A, >= 2x tunix in case B.
+
+tunix (`google-tunix==0.1.7`) brings its own jax and flax, so it lives in a
+separate venv and runs as a subprocess (`benchmarks/_tunix_peer.py`):
+  python3 -m venv .venv-tunix && .venv-tunix/bin/pip install google-tunix==0.1.7
+Without it the script says so and still reports ours vs transformers.
+
+Dimension legend: B rows (case A) or prompts (case B), P prompt length,
+N new tokens, S sampling slots (case B: B x samples per prompt).
+
+Run: python benchmarks/sampler.py [--quick] [--skip-tunix] [--json out.json]
+About 10 minutes on 2 quiet cores (estimated; most of it tunix's case B,
+five 512-row calls); --quick saves the case-A repeats. Other processes on the
+cores slow every system: the `cores` column (CPU s / wall s) shows how much
+of the machine each figure got.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import pathlib
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+_ROOT = pathlib.Path(__file__).resolve().parents[1]
+_PEER = _ROOT / 'benchmarks' / '_tunix_peer.py'
+_TUNIX_VENV = _ROOT / '.venv-tunix'
+_TUNIX_INSTALL = (
+  'python3 -m venv .venv-tunix && .venv-tunix/bin/pip install google-tunix==0.1.7'
+)
+
+MODEL = dict(
+  vocab_size=2048,
+  hidden_size=256,
+  intermediate_size=1024,
+  num_hidden_layers=4,
+  num_attention_heads=4,
+  num_key_value_heads=2,
+  head_dim=64,
+  tie_word_embeddings=True,
+  max_position_embeddings=1024,
+  rope_theta=10000.0,
+  bos_token_id=1,
+  eos_token_id=2,
+  pad_token_id=0,
+)
+PAD = 0
+NEW_TOKENS = 64
+CASE_A = dict(width=32, min_len=16, max_len=32, rows=(64, 256))
+CASE_B = dict(prompts=64, width=256, rounds=4, samples=8)
+SANITY_ROWS, SANITY_NEW = 8, 8
+TARGET_A, TARGET_B = 1.3, 2.0
+
+
+# ----------------------------------------------------------------------------
+# Model, prompts, machine peak.
+
+
+def build_model(out_dir: str, seed: int = 0) -> int:
+  """Writes the random Qwen2-shaped model to out_dir; returns its parameter count.
+
+  Every parameter is perturbed from its init (biases and norm scales too), so
+  a loader that drops a bias or a norm shows in the sanity check.
+  """
+  import torch
+  import transformers
+
+  torch.manual_seed(seed)
+  config = transformers.Qwen2Config(**MODEL)
+  model = transformers.AutoModelForCausalLM.from_config(config).float().eval()
+  gen = torch.Generator().manual_seed(seed + 1)
+  with torch.no_grad():
+    for p in model.parameters():
+      p.add_(0.02 * torch.randn(p.shape, generator=gen))
+  model.save_pretrained(out_dir)
+  return sum(p.numel() for p in model.parameters())
+
+
+def left_padded(
+  rs: np.random.RandomState, rows: int, width: int, min_len: int, max_len: int
+) -> tuple[np.ndarray, np.ndarray]:
+  """Random prompt tokens and mask [rows, width], left-padded with PAD."""
+  tokens = np.full((rows, width), PAD, np.int32)
+  mask = np.zeros((rows, width), np.int32)
+  for i, n in enumerate(rs.randint(min_len, max_len + 1, rows)):
+    tokens[i, width - n :] = rs.randint(3, MODEL['vocab_size'], n)
+    mask[i, width - n :] = 1
+  return tokens, mask
+
+
+def matmul_peak(n: int = 2048, repeats: int = 5) -> float:
+  """Best fp32 FLOP/s of a jitted n x n matmul on the default JAX device."""
+  import jax
+  import jax.numpy as jnp
+
+  a = jax.random.normal(jax.random.key(0), (n, n), jnp.float32)
+  b = jax.random.normal(jax.random.key(1), (n, n), jnp.float32)
+  dot = jax.jit(jnp.dot)
+  dot(a, b).block_until_ready()
+  best = min(_wall(lambda: dot(a, b).block_until_ready()) for _ in range(repeats))
+  return 2 * n**3 / best
+
+
+_START = time.perf_counter()
+
+
+def log(msg: str) -> None:
+  """Progress line on stderr (the figures go to stdout)."""
+  print(f'[{time.perf_counter() - _START:6.0f} s] {msg}', file=sys.stderr, flush=True)
+
+
+def _wall(fn: Callable[[], Any]) -> float:
+  t0 = time.perf_counter()
+  fn()
+  return time.perf_counter() - t0
+
+
+def timed(
+  fn: Callable[[int], int], repeats: int, warmup: Callable[[], Any] | None = None
+) -> dict[str, Any]:
+  """Warm-up (default fn(0); compiles), then `repeats` timed calls fn(1..).
+
+  fn returns the number of generated tokens. Besides wall times, records this
+  process's CPU seconds per run: CPU / wall is how many cores the system
+  actually got (2 on a quiet 2-core machine), a check on the figure.
+  """
+  warmup() if warmup else fn(0)
+  times, cpu, tokens = [], [], 0
+  for r in range(repeats):
+    t0, c0 = time.perf_counter(), time.process_time()
+    tokens = fn(r + 1)
+    times.append(time.perf_counter() - t0)
+    cpu.append(time.process_time() - c0)
+  return {'times': times, 'cpu': cpu, 'tokens': tokens}
+
+
+# ----------------------------------------------------------------------------
+# The three systems. Each returns {case: {'times': [...], 'cpu': [...], 'tokens': n}}.
+
+
+def run_ours(
+  model_dir: str, data: dict[str, np.ndarray], args: argparse.Namespace
+) -> dict[str, Any]:
+  """ada_jax: `sample` for case A, `prefill` + `sample_round` rounds for case B."""
+  import jax
+
+  from ada_jax import hf, sampler
+
+  model = hf.load_model(model_dir)
+  res: dict[str, Any] = {}
+  greedy = sampler.sample(
+    model,
+    data['sanity_tokens'],
+    data['sanity_mask'],
+    max_new_tokens=SANITY_NEW,
+    rng=jax.random.key(0),
+    temperature=0.0,
+  )
+  res['greedy'] = np.asarray(greedy.tokens).tolist()
+
+  for rows in args.rows:
+    tok, mask = data[f'a{rows}_tokens'], data[f'a{rows}_mask']
+
+    def call(seed: int, tok=tok, mask=mask) -> int:
+      out = sampler.sample(
+        model,
+        tok,
+        mask,
+        max_new_tokens=NEW_TOKENS,
+        rng=jax.random.key(seed),
+        temperature=1.0,
+      )
+      return int(np.asarray(jax.block_until_ready(out).lengths).sum())
+
+    log(f'ours: case A, B={rows}')
+    res[f'a{rows}'] = timed(call, args.repeats)
+
+  if not args.skip_rl:
+    slot_prompt = np.repeat(np.arange(CASE_B['prompts']), CASE_B['samples'])
+
+    def rl_step(seed: int, rounds: int = CASE_B['rounds']) -> int:
+      cache = sampler.prefill(model, data['b_tokens'], data['b_mask'])
+      tokens = 0
+      for k in range(rounds):
+        out = sampler.sample_round(
+          model,
+          cache,
+          slot_prompt,
+          max_new_tokens=NEW_TOKENS,
+          rng=jax.random.key(seed * rounds + k),
+          temperature=1.0,
+          top_p=1.0,
+          top_k=0,
+          eos_ids=(),
+        )
+        # The controller reads each round's results before the next round.
+        tokens += int(np.asarray(jax.block_until_ready(out).lengths).sum())
+      return tokens
+
+    log('ours: case B')
+    res['b'] = timed(rl_step, args.rl_repeats, lambda: rl_step(0, rounds=1))
+  return res
+
+
+def run_transformers(
+  model_dir: str, data: dict[str, np.ndarray], args: argparse.Namespace
+) -> dict[str, Any]:
+  """Runs `transformers` generate (torch CPU, KV cache): case A and sanity refs."""
+  import torch
+  import transformers
+
+  model = transformers.AutoModelForCausalLM.from_pretrained(model_dir).float().eval()
+  res: dict[str, Any] = {'threads': torch.get_num_threads()}
+
+  def generate(tok: np.ndarray, mask: np.ndarray, new: int, **kw) -> np.ndarray:
+    with torch.no_grad():
+      out = model.generate(
+        input_ids=torch.tensor(tok, dtype=torch.long),
+        attention_mask=torch.tensor(mask, dtype=torch.long),
+        max_new_tokens=new,
+        min_new_tokens=new,
+        pad_token_id=PAD,
+        use_cache=True,
+        **kw,
+      )
+    return out[:, tok.shape[1] :].numpy()
+
+  s_tok, s_mask = data['sanity_tokens'], data['sanity_mask']
+  res['greedy'] = generate(s_tok, s_mask, SANITY_NEW, do_sample=False).tolist()
+  with torch.no_grad():
+    positions = np.maximum(np.cumsum(s_mask, -1) - 1, 0)
+    logits = model(
+      input_ids=torch.tensor(s_tok, dtype=torch.long),
+      attention_mask=torch.tensor(s_mask, dtype=torch.long),
+      position_ids=torch.tensor(positions, dtype=torch.long),
+    ).logits
+  res['last_logits'] = logits[:, -1].float().numpy()
+
+  for rows in args.rows:
+    tok, mask = data[f'a{rows}_tokens'], data[f'a{rows}_mask']
+
+    def call(seed: int, tok=tok, mask=mask) -> int:
+      torch.manual_seed(seed)
+      out = generate(
+        tok, mask, NEW_TOKENS, do_sample=True, temperature=1.0, top_p=1.0, top_k=0
+      )
+      return out.size
+
+    log(f'transformers: case A, B={rows}')
+    res[f'a{rows}'] = timed(call, args.repeats)
+  return res
+
+
+def tunix_python(args: argparse.Namespace) -> str:
+  """--tunix-python, else $TUNIX_PYTHON, else .venv-tunix/bin/python."""
+  exe = args.tunix_python or os.environ.get('TUNIX_PYTHON')
+  return exe or str(_TUNIX_VENV / 'bin' / 'python')
+
+
+def run_tunix(
+  exe: str, model_dir: str, inputs: str, args: argparse.Namespace
+) -> tuple[dict[str, Any] | None, str]:
+  """Runs _tunix_peer.py with the tunix venv's python; (results, error text)."""
+  cmd = [
+    exe,
+    str(_PEER),
+    f'--model={model_dir}',
+    f'--inputs={inputs}',
+    f'--new-tokens={NEW_TOKENS}',
+    f'--rounds={CASE_B["rounds"]}',
+    f'--samples={CASE_B["samples"]}',
+    f'--repeats={args.repeats}',
+    f'--rl-repeats={args.rl_repeats}',
+    f'--sanity-new={SANITY_NEW}',
+  ]
+  env = dict(os.environ, PYTHONWARNINGS='ignore', TF_CPP_MIN_LOG_LEVEL='3')
+  # stderr passes through: the peer's progress lines, or its traceback.
+  proc = subprocess.run(cmd, stdout=subprocess.PIPE, text=True, env=env, check=False)
+  lines = proc.stdout.strip().splitlines()
+  if proc.returncode or not lines:
+    return None, f'exit status {proc.returncode}; see its stderr above'
+  return json.loads(lines[-1]), ''
+
+
+# ----------------------------------------------------------------------------
+# Report.
+
+SYSTEMS = ('ours', 'tunix', 'transformers')
+
+
+def case_names(args: argparse.Namespace) -> list[str]:
+  return [f'a{r}' for r in args.rows] + ([] if args.skip_rl else ['b'])
+
+
+def case_label(name: str) -> str:
+  if name == 'b':
+    b = CASE_B
+    return (
+      f'B: {b["prompts"]}x{b["samples"]} slots, P={b["width"]}, {b["rounds"]} rounds'
+    )
+  return f'A: B={name[1:]}, P={CASE_A["width"]}, N={NEW_TOKENS}'
+
+
+def summarize(case: dict[str, Any] | None, n_params: int, peak: float) -> dict | None:
+  """Best time, tokens/s and roofline fraction 2 * params * tokens / time / peak."""
+  if not case:
+    return None
+  i = int(np.argmin(case['times']))
+  best = case['times'][i]
+  return {
+    'times_s': case['times'],
+    'best_s': best,
+    'cores': case['cpu'][i] / best,
+    'tokens': case['tokens'],
+    'tok_s': case['tokens'] / best,
+    'roofline': 2 * n_params * case['tokens'] / best / peak,
+  }
+
+
+def ratio(figures: dict, case: str, a: str, b: str) -> float | None:
+  fa, fb = figures[a].get(case), figures[b].get(case)
+  return fa['tok_s'] / fb['tok_s'] if fa and fb else None
+
+
+def agreement(ref: list[list[int]], got: list[list[int]]) -> str:
+  ref_a, got_a = np.asarray(ref), np.asarray(got)
+  if ref_a.shape != got_a.shape:
+    return f'shape {got_a.shape} vs {ref_a.shape}'
+  same = ref_a == got_a
+  prefix = int(np.cumprod(same, axis=1).sum(axis=1).min())
+  return (
+    f'{int(same.all(axis=1).sum())}/{len(ref_a)} rows identical'
+    f' ({same.mean():.0%} of tokens; every row agrees on its first {prefix})'
+  )
+
+
+def report(
+  figures: dict[str, dict[str, dict | None]], args: argparse.Namespace
+) -> dict[str, Any]:
+  """Prints the table and the ratios against the targets; returns the ratios."""
+  print(
+    f'\n{"case":<34} {"system":<13} {"tokens":>7} {"best s":>8} {"tok/s":>8}'
+    f' {"roofline":>9} {"cores":>6}'
+  )
+  for case in case_names(args):
+    label = case_label(case)
+    for system in SYSTEMS:
+      if case == 'b' and system == 'transformers':
+        continue  # case B compares the two JAX samplers
+      f = figures[system].get(case)
+      cells = (
+        f'{f["tokens"]:>7} {f["best_s"]:>8.2f} {f["tok_s"]:>8.0f}'
+        f' {f["roofline"]:>9.1%} {f["cores"]:>6.2f}'
+        if f
+        else f'{"-":>7} {"-":>8} {"-":>8} {"-":>9} {"-":>6}  not measured'
+      )
+      print(f'{label:<34} {system:<13} {cells}')
+      label = ''
+
+  print()
+  ratios: dict[str, Any] = {}
+  for case in case_names(args):
+    target = TARGET_B if case == 'b' else TARGET_A
+    pairs = [('ours', 'tunix')]
+    if case != 'b':
+      pairs += [('ours', 'transformers'), ('tunix', 'transformers')]
+    cells = []
+    for a, b in pairs:
+      r = ratio(figures, case, a, b)
+      ratios[f'{case}:{a}/{b}'] = r
+      cells.append(f'{a}/{b} ' + ('n/a' if r is None else f'{r:.2f}x'))
+    r = ratios[f'{case}:ours/tunix']
+    verdict = 'not measured' if r is None else ('PASS' if r >= target else 'FAIL')
+    print(
+      f'{case:<5} '
+      + '   '.join(cells)
+      + f'   target ours >= {target}x tunix: {verdict}'
+    )
+  return ratios
+
+
+def _cpu_name() -> str:
+  try:
+    with open('/proc/cpuinfo') as f:
+      for line in f:
+        if line.startswith('model name'):
+          return line.split(':', 1)[1].strip()
+  except OSError:
+    pass
+  return platform.processor() or platform.machine()
+
+
+def make_inputs(args: argparse.Namespace) -> dict[str, np.ndarray]:
+  """The prompts of every case, fixed by seed 0 (tunix gets the same via .npz)."""
+  rs = np.random.RandomState(0)
+  a, b = CASE_A, CASE_B
+  data: dict[str, np.ndarray] = {}
+  for rows in args.rows:
+    data[f'a{rows}_tokens'], data[f'a{rows}_mask'] = left_padded(
+      rs, rows, a['width'], a['min_len'], a['max_len']
+    )
+  if not args.skip_rl:
+    w = b['width']
+    data['b_tokens'], data['b_mask'] = left_padded(rs, b['prompts'], w, w, w)
+  data['sanity_tokens'] = data[f'a{args.rows[0]}_tokens'][:SANITY_ROWS]
+  data['sanity_mask'] = data[f'a{args.rows[0]}_mask'][:SANITY_ROWS]
+  return data
+
+
+def main(argv: list[str]) -> None:
+  p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  p.add_argument('--quick', action='store_true', help='one timed run per figure')
+  p.add_argument('--skip-tunix', action='store_true', help='ours vs transformers only')
+  p.add_argument('--skip-rl', action='store_true', help='case A only')
+  p.add_argument('--repeats', type=int, default=None, help='timed runs, case A (3)')
+  p.add_argument('--rl-repeats', type=int, default=1, help='timed runs, case B')
+  p.add_argument('--tunix-python', default=None, help='python of the tunix venv')
+  p.add_argument('--json', default=None, help='write all figures to this file')
+  args = p.parse_args(argv)
+  if args.repeats is None:
+    args.repeats = 1 if args.quick else 3
+  args.rows = list(CASE_A['rows'])
+
+  import jax
+  import torch
+  import transformers
+
+  transformers.utils.logging.disable_progress_bar()
+  transformers.utils.logging.set_verbosity_error()
+  load_start = os.getloadavg()[0]
+  tmp = tempfile.TemporaryDirectory(prefix='sampler_bench_')
+  model_dir = os.path.join(tmp.name, 'model')
+  log('building the model')
+  n_params = build_model(model_dir)
+  data = make_inputs(args)
+  inputs = os.path.join(tmp.name, 'inputs.npz')
+  np.savez(inputs, **data)
+  log('measuring the matmul peak')
+  peak = matmul_peak()
+
+  raw: dict[str, Any] = {}
+  tunix_line = 'tunix: skipped (--skip-tunix)'
+  exe = None if args.skip_tunix else tunix_python(args)
+  if exe and not os.path.exists(exe):
+    tunix_line = (
+      f'tunix: not measured, no python at {exe}; create the venv (repo root) with\n'
+      f'  {_TUNIX_INSTALL}\nor pass --tunix-python / set TUNIX_PYTHON'
+    )
+    exe = None
+  elif exe is not None:
+    # tunix first and alone: one process at a time on the cores.
+    log(f'tunix: running {_PEER.name} with {exe}')
+    raw['tunix'], err = run_tunix(exe, model_dir, inputs, args)
+    if raw['tunix'] is None:
+      tunix_line = f'tunix: FAILED with {exe} ({err})'
+    else:
+      v = raw['tunix']['versions']
+      tunix_line = (
+        f'tunix {v["tunix"]} (jax {v["jax"]}, flax {v["flax"]}) from'
+        f' {raw["tunix"]["tunix_path"]}, run by {exe}'
+      )
+
+  raw['transformers'] = run_transformers(model_dir, data, args)
+  try:
+    from ada_jax import sampler  # noqa: F401
+  except ImportError as e:
+    log(f'ours: not measured ({e})')
+  else:
+    raw['ours'] = run_ours(model_dir, data, args)
+  peak = max(peak, matmul_peak())  # once more at the end: the better of the two
+  log('done')
+
+  print(__doc__.splitlines()[0])
+  print(
+    f'machine: {_cpu_name()}, {os.cpu_count()} CPUs; load average {load_start:.1f}'
+    f' at start, {os.getloadavg()[0]:.1f} at end (other processes skew every figure)'
+  )
+  print(
+    f'ours: ada_jax.sampler on JAX {jax.__version__} ({jax.devices()[0].platform});'
+    f' transformers {transformers.__version__} on torch {torch.__version__}'
+    f' ({torch.get_num_threads()} threads)'
+  )
+  print(tunix_line)
+  print(
+    f'model: Qwen2-shaped, {MODEL["num_hidden_layers"]} layers, hidden'
+    f' {MODEL["hidden_size"]}, {MODEL["num_attention_heads"]} heads of'
+    f' {MODEL["head_dim"]}, {MODEL["num_key_value_heads"]} KV heads, MLP'
+    f' {MODEL["intermediate_size"]}, vocab {MODEL["vocab_size"]}, tied, fp32:'
+    f' {n_params / 1e6:.2f}M params (safetensors, loaded by each system)'
+  )
+  print(
+    f'fp32 matmul peak (jitted jnp.dot 2048x2048, best of 2 x 5): {peak / 1e9:.1f}'
+    f' GFLOP/s; roofline = 2 x params x generated tokens / time / peak'
+  )
+  print(
+    f'timing: one warm-up call (compile), then best of {args.repeats} (case A) /'
+    f' {args.rl_repeats} (case B) timed runs; case B warm-up is one round;'
+    f' cores = CPU s / wall s of that run'
+  )
+
+  print(f'\nsanity vs transformers, first {SANITY_ROWS} rows of case A:')
+  ref = raw['transformers']
+  if raw.get('tunix'):
+    got = raw['tunix']['sanity']
+    diff = float(np.abs(np.asarray(got['last_logits']) - ref['last_logits']).max())
+    print(f'  tunix: last-prompt-token logits max |diff| {diff:.1e}')
+    print(
+      f'  tunix: {SANITY_NEW} greedy tokens, {agreement(ref["greedy"], got["greedy"])}'
+    )
+  if raw.get('ours'):
+    print(
+      f'  ours:  {SANITY_NEW} greedy tokens, {agreement(ref["greedy"], raw["ours"]["greedy"])}'
+    )
+
+  figures: dict[str, dict[str, dict | None]] = {s: {} for s in SYSTEMS}
+  for system in SYSTEMS:
+    for case in case_names(args):
+      figures[system][case] = summarize(
+        (raw.get(system) or {}).get(case), n_params, peak
+      )
+  ratios = report(figures, args)
+
+  if args.json:
+    with open(args.json, 'w') as f:
+      out = {
+        'peak_flops': peak,
+        'params': n_params,
+        'figures': figures,
+        'ratios': ratios,
+      }
+      json.dump(out, f, indent=1)
+  tmp.cleanup()
+
+
+if __name__ == '__main__':
+  main(sys.argv[1:])

@@ -1,0 +1,1 @@
+"""Experiment configs: one `get_config(arg)` per file (see README "Layout")."""

@@ -1,0 +1,338 @@
+r"""Shared by the configs: arg strings, TPU mesh presets, variant settings.
+
+Every config's `get_config(arg)` takes a comma-separated arg string
+(`variant=grpo,tpu=v5p-64,runlocal`) that `parse_arg` checks against the
+keys and values the config accepts; an unknown key or value is a ValueError
+naming the config and the key. `paper_config` builds the reference setup
+(`run_reinforce_ada.sh` / `run_grpo.sh`, reference doc section 5.2) that the
+four paper configs share; each of them only adds its model and data.
+
+Mesh presets (`tpu=`), axes (data, fsdp, tensor); -1 fills the rest:
+
+| model size | v4-32 (16 chips, 32 GB) | v5p-64 (32 chips, 95 GB) | v6e-64 (64 chips, 32 GB) |
+|---|---|---|---|
+| 1.5B (Qwen2.5-Math-1.5B) | (1, -1, 1) | (1, -1, 1) | (1, -1, 1) |
+| 3B (Llama-3.2-3B-Instruct) | (1, -1, 1) | (1, -1, 1) | (1, -1, 1) |
+| 4B (Qwen3-4B-Instruct-2507) | (1, -1, 1) | (1, -1, 1) | (1, -1, 1) |
+| 7B (Qwen2.5-Math-7B) | (1, -1, 2) | (1, -1, 1) | (1, -1, 2) |
+
+Why: memory is set by sampling, not by the update. The sampler keeps one KV
+cache of S slots x (P + N) positions, split over data x fsdp and *not* over
+tensor (sampler.py constrains it to the batch axes), plus a copy of the fp32
+params split only over tensor. Optimizer state (12 B/param fp32) is split
+over fsdp x tensor, so full FSDP is the cheapest layout for it, and data > 1
+would only add replicas. Tensor > 1 therefore pays only where the fp32
+sampling copy is the larger term (7B: 30 GB per chip at tensor=1). Rough
+per-chip HBM of sampling copy + KV cache + optimizer state at the paper's
+S = B·M = 4096 slots, P + N = 3072, bf16 KV (activations not counted;
+GRPO/DAPO use S = B·n = 2048, about the KV term halved):
+
+| model | v4-32 | v5p-64 | v6e-64 |
+|---|---|---|---|
+| 1.5B | 30 GB (no room) | 18 GB | 12 GB |
+| 3B | 106 GB (no) | 60 GB | 36 GB (no) |
+| 4B | 136 GB (no) | 76 GB | 46 GB (no) |
+| 7B | 113 GB (no) | 57 GB | 40 GB (no) |
+
+So the full Ada setup fits v5p-64 for every model and v6e-64 for 1.5B;
+elsewhere halve the step (`--config.rl.prompts_per_step=256
+--config.rl.slots=2048 --config.rl.mini_batch_rows=256`) or use a larger
+pod. `rl.micro_batch_rows` is one row per batch shard (data x fsdp).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+
+import ml_collections
+
+VARIANTS = ('grpo', 'pos', 'balance', 'dapo', 'est')
+SCHEDULES = ('paper', 'refill')
+TPUS = {'v4-32': 16, 'v5p-64': 32, 'v6e-64': 64}  # Chips = JAX devices.
+MESH_PRESETS: dict[str, dict[str, tuple[int, int, int]]] = {
+  '1.5b': {'v4-32': (1, -1, 1), 'v5p-64': (1, -1, 1), 'v6e-64': (1, -1, 1)},
+  '3b': {'v4-32': (1, -1, 1), 'v5p-64': (1, -1, 1), 'v6e-64': (1, -1, 1)},
+  '4b': {'v4-32': (1, -1, 1), 'v5p-64': (1, -1, 1), 'v6e-64': (1, -1, 1)},
+  '7b': {'v4-32': (1, -1, 2), 'v5p-64': (1, -1, 1), 'v6e-64': (1, -1, 2)},
+}
+_FLAGS = ('runlocal',)  # Bare words; `runlocal` and `runlocal=1` both work.
+
+
+def parse_arg(
+  arg: str | None,
+  config_name: str,
+  choices: Mapping[str, Sequence[str] | None],
+  defaults: Mapping[str, str],
+) -> dict[str, str]:
+  """'a=1,b=2,runlocal' -> {'a': '1', 'b': '2', 'runlocal': 'True', ...}.
+
+  Args:
+    arg: the string after `:` in `--config configs/x.py:arg` (None: empty).
+    config_name: for error messages, e.g. `configs/qwen25_math_7b.py`.
+    choices: the accepted keys; a key's allowed values, or None for free
+      values (seed).
+    defaults: values of the keys not given.
+
+  Raises:
+    ValueError: an unknown key, a value not allowed, or a key without a
+      value; the message names the config and the key.
+  """
+  out = dict(defaults)
+  for part in (arg or '').split(','):
+    part = part.strip()
+    if not part:
+      continue
+    key, eq, value = (s.strip() for s in part.partition('='))
+    if key not in choices:
+      raise ValueError(
+        f'{config_name}: unknown arg key {key!r}; known keys: {sorted(choices)}'
+      )
+    if key in _FLAGS:
+      if value.lower() not in ('', '1', 'true'):
+        raise ValueError(f'{config_name}: arg key {key!r} takes no value')
+      value = 'True'
+    elif not eq or not value:
+      raise ValueError(f'{config_name}: arg key {key!r} needs a value ({key}=...)')
+    allowed = choices[key]
+    if allowed is not None and value not in allowed:
+      raise ValueError(
+        f'{config_name}: arg {key}={value!r} is not one of {tuple(allowed)}'
+      )
+    out[key] = value
+  if 'seed' in out and not str(out['seed']).lstrip('-').isdigit():
+    raise ValueError(f'{config_name}: arg seed={out["seed"]!r} is not an integer')
+  return out
+
+
+def mesh_preset(size: str, tpu: str, config_name: str) -> dict[str, int]:
+  """The (data, fsdp, tensor) mesh of a model size on a pod (see the table)."""
+  if tpu not in TPUS:
+    raise ValueError(f'{config_name}: arg tpu={tpu!r} is not one of {tuple(TPUS)}')
+  data, fsdp, tensor = MESH_PRESETS[size][tpu]
+  return {'data': data, 'fsdp': fsdp, 'tensor': tensor}
+
+
+def batch_shards(mesh: Mapping[str, int], devices: int) -> int:
+  """The data x fsdp size of a mesh with at most one -1 on `devices` devices."""
+  known = 1
+  for v in mesh.values():
+    known *= v if v != -1 else 1
+  sizes = {k: (v if v != -1 else devices // known) for k, v in mesh.items()}
+  return sizes['data'] * sizes['fsdp']
+
+
+def variant_rl(
+  variant: str, *, prompts: int, group_size: int, samples_per_round: int, rounds: int
+) -> dict[str, int]:
+  """Prompts, slots, rounds and DAPO target of a variant at B prompts per step.
+
+  grpo: one round of n per prompt (S = B·n). pos / balance: up to N rounds of
+  M per active prompt (S = B·M, the paper's round 1). dapo: 2B candidates
+  tried n at a time over 2 rounds of S = B·n slots, keeping the first B mixed
+  groups (the same sampling budget as one Ada round). est: one round of
+  S = B·M slots spread ∝ 1/p̂, every sample kept (the same budget).
+  """
+  b, n, m = prompts, group_size, samples_per_round
+  if variant == 'grpo':
+    return dict(prompts_per_step=b, slots=b * n, max_rounds=1, target_groups=0)
+  if variant in ('pos', 'balance'):
+    return dict(prompts_per_step=b, slots=b * m, max_rounds=rounds, target_groups=0)
+  if variant == 'dapo':
+    return dict(prompts_per_step=2 * b, slots=b * n, max_rounds=2, target_groups=b)
+  if variant == 'est':
+    return dict(prompts_per_step=b, slots=b * m, max_rounds=1, target_groups=0)
+  raise ValueError(f'variant={variant!r} is not one of {VARIANTS}')
+
+
+def train_rows(variant: str, rl: Mapping[str, int], group_size: int) -> int:
+  """R, the training rows of one step (adaptive.max_rows, without jax)."""
+  if variant == 'dapo':
+    return rl['target_groups'] * group_size
+  if variant == 'est':
+    return rl['slots']
+  return rl['prompts_per_step'] * group_size
+
+
+PAPER_DEFAULTS = {
+  'variant': 'balance',
+  'schedule': 'paper',
+  'data': 'hard',
+  'tpu': '',
+  'seed': '0',
+  'runlocal': '',
+}
+
+
+def paper_args(
+  arg: str | None, config_name: str, datasets: Mapping[str, str]
+) -> dict[str, str]:
+  """`parse_arg` with the paper configs' keys; `datasets` maps data= values."""
+  choices = {
+    'variant': VARIANTS,
+    'schedule': SCHEDULES,
+    'data': None,  # Checked below, with the reason.
+    'tpu': tuple(TPUS),
+    'seed': None,
+    'runlocal': None,
+  }
+  args = parse_arg(arg, config_name, choices, PAPER_DEFAULTS)
+  if args['data'] not in datasets:
+    raise ValueError(
+      f'{config_name}: arg data={args["data"]!r} is not one of {tuple(datasets)} '
+      '(easy prompt sets exist only for Qwen2.5-Math-1.5B and -7B)'
+    )
+  return args
+
+
+def paper_config(
+  args: Mapping[str, str],
+  *,
+  config_name: str,
+  family: str,
+  size: str,
+  dataset: str,
+) -> ml_collections.ConfigDict:
+  """The reference setup for one model; the caller has parsed `args`.
+
+  Args:
+    args: from `parse_arg`: variant, schedule, tpu ('' = none), seed,
+      runlocal ('True' or '').
+    config_name: for error messages.
+    family: qwen2 | qwen3 | llama (the tiny model of runlocal).
+    size: a key of `MESH_PRESETS`.
+    dataset: the `ada_math_local/<config>` training set.
+  """
+  variant, schedule = args['variant'], args['schedule']
+  grpo_like = variant in ('grpo', 'dapo')  # run_grpo.sh optimizer settings.
+  c = ml_collections.ConfigDict()
+  # Run.
+  c.seed = int(args['seed'])
+  # Mesh: full FSDP by default; `tpu=` presets per pod (module docstring).
+  mesh = (
+    mesh_preset(size, args['tpu'], config_name)
+    if args['tpu']
+    else {'data': 1, 'fsdp': -1, 'tensor': 1}
+  )
+  c.mesh = ml_collections.ConfigDict(mesh)
+  # Model: a local HF directory, required (main.validate names the key).
+  c.model = ml_collections.ConfigDict()
+  c.model.hf_path = ''  # --config.model.hf_path=/path/to/<HF model dir>.
+  c.model.tokenizer_path = ''  # Empty: hf_path's tokenizer.
+  c.model.dtype = 'bfloat16'  # Compute and KV cache.
+  c.model.param_dtype = 'float32'  # Master weights: lr 1e-6 vanishes in bf16.
+  c.model.tiny = ml_collections.ConfigDict(  # Only read when hf_path is ''.
+    dict(
+      family=family,
+      hidden=64,
+      layers=2,
+      heads=4,
+      kv_heads=2,
+      head_dim=16,
+      mlp=128,
+      max_positions=32,
+    )
+  )
+  # Data: built once per worker from ~/ada_manual (README "Data").
+  c.data = ml_collections.ConfigDict()
+  c.data.name = f'ada_math_local/{dataset}'
+  c.data.train_split = 'train'
+  # The prompt sets have no held-out split; validation runs with
+  # `python -m ada_jax.evaluate --datasets validate` on the checkpoints.
+  c.data.eval_split = ''
+  c.data.data_dir = os.path.expanduser('~/tensorflow_datasets')
+  c.data.manual_dir = os.path.expanduser('~/ada_manual')
+  c.data.template = 'chat'  # The reference's system prompt + chat template.
+  c.data.prompt_bucket = 1024  # Tokens; the reference's max prompt length.
+  # Controller (n, M, N, τ) and per-variant slots.
+  c.rl = ml_collections.ConfigDict()
+  c.rl.steps = 400  # The script's; the paper text says 600.
+  c.rl.rule = variant
+  c.rl.schedule = schedule  # Read by pos/balance only.
+  c.rl.group_size = 4  # n.
+  c.rl.samples_per_round = 8  # M.
+  c.rl.positive_threshold = 0.7  # τ.
+  c.rl.update(
+    variant_rl(variant, prompts=512, group_size=4, samples_per_round=8, rounds=4)
+  )
+  c.rl.advantage = ''  # The rule's default: global (Ada), local (grpo/dapo).
+  c.rl.normalize_std = ''  # The rule's default: std only with local.
+  # Optimizer: AdamW, grad clip 1; the two scripts differ here (section 5.2).
+  c.rl.lr = 1e-6
+  c.rl.warmup = 0 if grpo_like else 10  # Steps, linear from 0.
+  c.rl.lr_schedule = 'constant'
+  c.rl.weight_decay = 0.01 if grpo_like else 0.0
+  c.rl.grad_clip = 1.0
+  # Update: 4 mini-batches per step (128 prompts x n = 512 rows), 1 epoch.
+  rows = train_rows(variant, c.rl, 4)
+  c.rl.mini_batch_rows = rows // 4
+  devices = TPUS.get(args['tpu'], 16)
+  c.rl.micro_batch_rows = min(c.rl.mini_batch_rows, batch_shards(mesh, devices))
+  c.rl.epochs = 1
+  # RL loss: clip-higher, dual clip, token-mean, no entropy bonus, no KL.
+  c.rl.clip_low = 0.2
+  c.rl.clip_high = 0.28
+  c.rl.clip_ratio_c = 3.0 if grpo_like else 10.0
+  c.rl.loss_agg_mode = 'token-mean'
+  c.rl.entropy_coef = 0.0  # The script's; the paper text says 1e-4.
+  # Evaluation during training (greedy; needs data.eval_split).
+  c.rl.eval_every = 50
+  c.rl.eval_max_prompts = 0
+  c.rl.histogram_prompts = 512
+  c.rl.histogram_k = 8
+  # Sampler.
+  c.sampling = ml_collections.ConfigDict()
+  c.sampling.max_new_tokens = 2048
+  c.sampling.temperature = 1.0
+  c.sampling.top_p = 1.0
+  c.sampling.top_k = 0
+  # No SFT: RL starts from the released model.
+  c.sft = ml_collections.ConfigDict(dict(steps=0, batch_size=64, lr=1e-5, warmup=0))
+  # Reward: the reference's 20 s per item, 16 processes (per host here).
+  c.verifier = ml_collections.ConfigDict(dict(timeout_s=20.0, workers=16))
+  # Checkpoints every 50 steps; --config.checkpoint.keep=8 keeps all of
+  # 50..400, as the reference's evaluation protocol reads them.
+  c.checkpoint = ml_collections.ConfigDict(dict(every=50, keep=2))
+  c.log = ml_collections.ConfigDict(
+    dict(samples_per_step=4, wandb_project='', tensorboard=True)
+  )
+  if args['runlocal']:
+    runlocal(c, variant)
+  return c
+
+
+def runlocal(c: ml_collections.ConfigDict, variant: str) -> None:
+  """Shrinks a paper config in place to a ~1 minute CPU run.
+
+  The model becomes a random tiny one of the same family (model.tiny) with
+  the built-in tokenizer, the data the synthetic ada_arith task; the
+  controller keeps n, M, N and τ, at B = 8 prompts.
+  """
+  c.mesh = ml_collections.ConfigDict({'data': -1, 'fsdp': 1, 'tensor': 1})
+  c.model.hf_path = ''
+  c.model.tokenizer_path = ''
+  c.model.dtype = 'float32'
+  c.model.param_dtype = 'float32'
+  c.data.name = 'ada_arith'
+  c.data.train_split = 'train'
+  c.data.eval_split = 'test'
+  c.data.data_dir = ''  # WORKDIR/tfds.
+  c.data.manual_dir = ''
+  c.data.template = 'tiny'
+  c.data.prompt_bucket = 16
+  c.rl.steps = 3
+  c.rl.update(
+    variant_rl(variant, prompts=8, group_size=4, samples_per_round=8, rounds=4)
+  )
+  c.rl.mini_batch_rows = train_rows(variant, c.rl, 4) // 4
+  c.rl.micro_batch_rows = c.rl.mini_batch_rows
+  c.rl.lr = 2e-4
+  c.rl.warmup = 1
+  c.rl.eval_every = 0
+  c.rl.eval_max_prompts = 32
+  c.rl.histogram_prompts = 16
+  c.rl.histogram_k = 4
+  c.sampling.max_new_tokens = 8
+  c.sft = ml_collections.ConfigDict(dict(steps=0, batch_size=32, lr=2e-3, warmup=0))
+  c.verifier = ml_collections.ConfigDict(dict(timeout_s=2.0, workers=2))
+  c.checkpoint = ml_collections.ConfigDict(dict(every=2, keep=1))

@@ -1,0 +1,338 @@
+"""Tests for configs/ and ada_jax.sweep: arg combinations, commands, sweeps.
+
+Every arg combination builds, errors name the key, docstring commands
+parse, TPU presets divide, and sweeps expand to configs that build.
+
+Fast: ConfigDicts only, nothing compiles.
+"""
+
+import importlib.util
+import itertools
+import json
+import pathlib
+import re
+import shlex
+import subprocess
+
+import pytest
+from absl import flags
+from ml_collections import config_flags
+
+from ada_jax import evaluate, main, sweep
+from configs import common
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+PAPER = {  # config -> allowed data= values.
+  'qwen25_math_1p5b': ('hard', 'easy'),
+  'qwen25_math_7b': ('hard', 'easy'),
+  'qwen3_4b_instruct': ('hard',),
+  'llama32_3b_instruct': ('hard',),
+}
+ALL = ('tiny_arith', *PAPER)
+
+
+def _module(name):
+  spec = importlib.util.spec_from_file_location(
+    f'cfg_{name}', ROOT / 'configs' / f'{name}.py'
+  )
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  return module
+
+
+MODULES = {name: _module(name) for name in ALL}
+
+
+def _paper_args(name):
+  for variant, schedule, data, tpu in itertools.product(
+    common.VARIANTS, common.SCHEDULES, PAPER[name], ('', *common.TPUS)
+  ):
+    parts = [f'variant={variant}', f'schedule={schedule}', f'data={data}']
+    yield ','.join([*parts, f'tpu={tpu}'] if tpu else parts), tpu
+
+
+@pytest.mark.parametrize('name', PAPER)
+def test_paper_configs_build_with_every_arg(name):
+  for arg, tpu in _paper_args(name):
+    c = MODULES[name].get_config(arg)
+    assert c.model.hf_path == ''
+    assert c.data.name.startswith('ada_math_local/')
+    rl = c.rl
+    devices = common.TPUS.get(tpu, 16)
+    dp = common.batch_shards(dict(c.mesh), devices)
+    rows = common.train_rows(rl.rule, rl, rl.group_size)
+    assert rl.slots % dp == 0, arg
+    assert rows % rl.mini_batch_rows == 0 and rows // rl.mini_batch_rows == 4, arg
+    assert rl.mini_batch_rows % rl.micro_batch_rows == 0, arg
+    if tpu:
+      assert rl.micro_batch_rows == dp, arg
+    assert c.data.prompt_bucket + c.sampling.max_new_tokens <= 4096
+
+
+@pytest.mark.parametrize('name', ALL)
+def test_runlocal_validates(name):
+  for variant, schedule in itertools.product(common.VARIANTS, common.SCHEDULES):
+    c = MODULES[name].get_config(f'runlocal,variant={variant},schedule={schedule}')
+    main.validate(c)
+    assert c.model.hf_path == '' and c.data.name == 'ada_arith'
+    if name in PAPER:
+      assert (
+        c.model.tiny.family
+        == {
+          'qwen25_math_1p5b': 'qwen2',
+          'qwen25_math_7b': 'qwen2',
+          'qwen3_4b_instruct': 'qwen3',
+          'llama32_3b_instruct': 'llama',
+        }[name]
+      )
+      assert c.rl.steps <= 5 and c.rl.slots <= 64 and c.sft.steps == 0
+
+
+@pytest.mark.parametrize('name', PAPER)
+def test_empty_hf_path_fails_validation_naming_the_key(name):
+  with pytest.raises(ValueError, match=r'model\.hf_path'):
+    main.validate(MODULES[name].get_config())
+
+
+def test_reference_values():
+  c = MODULES['qwen25_math_1p5b'].get_config()
+  rl = c.rl
+  assert (rl.prompts_per_step, rl.group_size, rl.samples_per_round) == (512, 4, 8)
+  assert (rl.max_rounds, rl.slots, rl.positive_threshold) == (4, 4096, 0.7)
+  assert (rl.lr, rl.warmup, rl.weight_decay, rl.clip_ratio_c) == (1e-6, 10, 0.0, 10.0)
+  assert (rl.clip_low, rl.clip_high, rl.entropy_coef, rl.steps) == (0.2, 0.28, 0.0, 400)
+  assert rl.mini_batch_rows == 512 and rl.loss_agg_mode == 'token-mean'
+  assert (c.data.prompt_bucket, c.sampling.max_new_tokens) == (1024, 2048)
+  assert c.checkpoint.every == 50 and c.sampling.temperature == 1.0
+  g = MODULES['qwen25_math_1p5b'].get_config('variant=grpo').rl
+  assert (g.slots, g.max_rounds, g.clip_ratio_c, g.weight_decay, g.warmup) == (
+    2048,
+    1,
+    3.0,
+    0.01,
+    0,
+  )
+  assert MODULES['qwen25_math_7b'].get_config('data=easy').data.name.endswith('easy_7b')
+
+
+def test_tiny_arith_values_unchanged_by_arg_parsing():
+  tiny = MODULES['tiny_arith']
+  c = tiny.get_config()
+  assert (c.rl.steps, c.rl.prompts_per_step, c.rl.slots, c.rl.lr) == (40, 32, 256, 2e-4)
+  assert tiny.get_config('tpu=v4-32,variant=balance').to_dict() == c.to_dict()
+  assert tiny.get_config('seed=3').seed == 3
+  assert tiny.get_config('variant=grpo').rl.slots == 128
+
+
+@pytest.mark.parametrize(
+  ('name', 'arg', 'key'),
+  [
+    ('qwen25_math_1p5b', 'foo=1', 'foo'),
+    ('qwen25_math_1p5b', 'variant=ppo', 'variant'),
+    ('qwen25_math_7b', 'schedule=greedy', 'schedule'),
+    ('qwen25_math_7b', 'tpu=v3-8', 'tpu'),
+    ('qwen25_math_7b', 'data=medium', 'data'),
+    ('qwen3_4b_instruct', 'data=easy', 'data'),
+    ('llama32_3b_instruct', 'data=easy', 'data'),
+    ('llama32_3b_instruct', 'seed=x', 'seed'),
+    ('llama32_3b_instruct', 'variant', 'variant'),
+    ('tiny_arith', 'bogus', 'bogus'),
+    ('tiny_arith', 'variant=nope', 'variant'),
+    ('tiny_arith', 'tpu=v2-8', 'tpu'),
+  ],
+)
+def test_bad_args_name_config_and_key(name, arg, key):
+  with pytest.raises(ValueError, match=rf'configs/{name}\.py.*{key}'):
+    MODULES[name].get_config(arg)
+
+
+def _docstring_commands(name):
+  """Commands in a config's docstring, backslash continuations joined."""
+  text = (MODULES[name].__doc__ or '').replace('\\\n', ' ')
+  return [
+    shlex.split(m.group(0))
+    for m in re.finditer(r'(python -m ada_jax\.\w+|\./launch_tpu\.sh run)[^\n]*', text)
+  ]
+
+
+def _parse_main(argv):
+  """Parses main's flags the way ada_jax.main defines them."""
+  argv = ['main', *argv]
+  fv = flags.FlagValues()
+  holder = config_flags.DEFINE_config_file(
+    'config', None, 'c', flag_values=fv, lock_config=True, sys_argv=argv
+  )
+  flags.DEFINE_string('workdir', None, 'w', flag_values=fv)
+  fv(argv)
+  assert fv.workdir
+  return holder.value
+
+
+@pytest.mark.parametrize('name', ALL)
+def test_docstring_commands_parse(name, monkeypatch):
+  monkeypatch.chdir(ROOT)
+  commands = _docstring_commands(name)
+  kinds = {tuple(cmd[:3]) for cmd in commands}
+  assert ('python', '-m', 'ada_jax.main') in kinds
+  assert any(cmd[0] == './launch_tpu.sh' for cmd in commands), name
+  for cmd in commands:
+    if cmd[:3] == ['python', '-m', 'ada_jax.main']:
+      c = _parse_main(cmd[3:])
+      if c.data.template == 'tiny':  # Runs as written: validate it too.
+        main.validate(c)
+    elif cmd[0] == './launch_tpu.sh':
+      rest = cmd[2:]
+      workdir = rest[rest.index('--workdir') + 1]
+      assert workdir.startswith('gs://')
+      overrides = [a for a in rest[1:] if a.startswith('--config.')]
+      c = _parse_main([f'--config={rest[0]}', f'--workdir={workdir}', *overrides])
+      if c.model.hf_path:
+        assert c.model.hf_path.startswith('/')
+    else:
+      assert cmd[:3] == ['python', '-m', 'ada_jax.evaluate']
+      args, rest = evaluate.parser().parse_known_args(cmd[3:])
+      assert all(a.startswith('--config.') for a in rest)
+      evaluate._load_config(args.config, rest)
+      assert args.k == 32
+      for d in args.datasets.split(','):
+        evaluate.dataset_split(d)
+
+
+def test_launch_run_accepts_docstring_command(tmp_path):
+  """The TPU line of a config reaches launch_tpu.sh's dry run intact."""
+  cmd = next(
+    c for c in _docstring_commands('qwen25_math_7b') if c[0] == './launch_tpu.sh'
+  )
+  fake = tmp_path / 'gcloud'
+  fake.write_text('#!/bin/sh\nexit 97\n')
+  fake.chmod(0o755)
+  proc = subprocess.run(
+    [
+      'bash',
+      str(ROOT / 'launch_tpu.sh'),
+      *('--dry-run', '--name', 'p', '--zone', 'z', '--type', 'v5p-64'),
+      *cmd[1:],
+    ],
+    capture_output=True,
+    text=True,
+    env={'PATH': f'{tmp_path}:/usr/bin:/bin', 'HOME': str(tmp_path)},
+    timeout=30,
+    check=False,
+  )
+  assert proc.returncode == 0, proc.stderr
+  assert 'configs/qwen25_math_7b.py:tpu=v5p-64' in proc.stdout
+  assert '--config.model.hf_path=/home/USER/models/Qwen2.5-Math-7B' in proc.stdout
+
+
+_EXPERIMENT = '''"""A test sweep."""
+
+
+def sweep():
+  return [
+    dict(
+      config='configs/tiny_arith.py',
+      arg=f'variant={v}',
+      overrides={'seed': s, 'rl.steps': 2},
+      name=f'{v}_s{s}',
+    )
+    for v in ('grpo', 'balance')
+    for s in (0, 1, 2)
+  ] + [dict(config='configs/qwen3_4b_instruct.py', arg='runlocal', name='q3')]
+'''
+
+
+@pytest.fixture
+def experiment(tmp_path, monkeypatch):
+  monkeypatch.chdir(ROOT)
+  path = tmp_path / 'exit_rule_test.py'
+  path.write_text(_EXPERIMENT)
+  return str(path)
+
+
+def test_sweep_expands_to_configs_that_build(experiment, capsys):
+  runs = sweep.expand(experiment, root='/tmp/r')
+  assert [r.name for r in runs][:3] == ['grpo_s0', 'grpo_s1', 'grpo_s2']
+  assert runs[1].workdir == '/tmp/r/exit_rule_test/grpo_s1'
+  for run in runs:
+    c = sweep.build_config(run.config, run.overrides)
+    main.validate(c)
+  assert sweep.build_config(runs[4].config, runs[4].overrides).seed == 1
+  sweep.main([experiment, '--workdir-root', '/tmp/r'])
+  lines = capsys.readouterr().out.splitlines()
+  assert lines[0] == (
+    'python -m ada_jax.main --config=configs/tiny_arith.py:variant=grpo '
+    '--workdir=/tmp/r/exit_rule_test/grpo_s0 --config.seed=0 --config.rl.steps=2'
+  )
+  assert len(lines) == 7
+
+
+def test_sweep_run_local_and_tpu(experiment, tmp_path):
+  calls = []
+
+  class Done:
+    stdout = 'w0: code abc, ended: done'
+
+  def runner(argv, **kw):
+    calls.append(argv)
+    return Done()
+
+  runs = sweep.expand(experiment, root=str(tmp_path))
+  done = pathlib.Path(runs[0].workdir)
+  done.mkdir(parents=True)
+  (done / 'summary.json').write_text('{"after_rl": {}}')
+  sweep.run_all(runs, runner=runner)
+  assert len(calls) == 6 and calls[0][1:3] == ['-m', 'ada_jax.main']
+  calls.clear()
+  sweep.run_all(runs[:2], tpu='pod', runner=runner, poll_s=0)
+  assert calls[0][:5] == ['./launch_tpu.sh', '--name', 'pod', 'run', runs[0].config]
+  assert calls[1] == ['./launch_tpu.sh', '--name', 'pod', 'status']
+
+
+def test_sweep_rejects_bad_entries(tmp_path, monkeypatch):
+  monkeypatch.chdir(ROOT)
+  bad = tmp_path / 'bad.py'
+  bad.write_text(
+    'def sweep():\n'
+    "  return [dict(config='configs/tiny_arith.py', arg='variant=x', name='a')]\n"
+  )
+  with pytest.raises(ValueError, match='variant'):
+    sweep.expand(str(bad))
+  bad.write_text(
+    "def sweep():\n  return [dict(config='configs/tiny_arith.py', name='a')] * 2\n"
+  )
+  with pytest.raises(ValueError, match='repeats'):
+    sweep.expand(str(bad))
+  with pytest.raises(SystemExit):
+    sweep.main([str(bad), '--tpu', 'pod', '--workdir-root', '/local'])
+
+
+def test_exit_rule_experiment_sweeps_and_analyzes(monkeypatch, tmp_path):
+  monkeypatch.chdir(ROOT)
+  runs = sweep.expand('experiments/exit_rule.py', root=str(tmp_path))
+  assert len(runs) == 15 and runs[0].name == 'grpo_s0'
+  assert sweep.build_config(runs[1].config, runs[1].overrides).seed == 1
+  from ada_jax import metrics as metrics_lib
+
+  module = sweep.load_module('experiments/exit_rule.py')
+  workdirs = {}
+  for run in runs[:2] + runs[6:8]:  # grpo and balance, 2 seeds each.
+    with metrics_lib.MetricsWriter(run.workdir, tensorboard=False) as w:
+      for step in range(1, 7):
+        w.write(
+          step,
+          {
+            'reward_round1_mean': step / 10,
+            'samples_drawn': 128 if run.name.startswith('grpo') else 256,
+            'entropy': 1.0,
+            'zero_adv_frac': 0.5,
+          },
+        )
+    pathlib.Path(run.workdir, 'summary.json').write_text(
+      json.dumps({'after_rl': {'eval_accuracy': 0.25}})
+    )
+    workdirs[run.name] = run.workdir
+  table = module.analyze(workdirs, str(tmp_path / 'out'))
+  assert '| grpo | 2 | 0.400 ± 0.000 | 128.000 ± 0.000 |' in table
+  assert '| balance | 2 |' in table and '0.250 ± 0.000 |' in table
+  for plot in module.CURVES:
+    assert (tmp_path / 'out' / f'{plot}.png').stat().st_size > 1000

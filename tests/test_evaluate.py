@@ -1,0 +1,161 @@
+"""Tests for ada_jax.evaluate: the Ave@k / pass@k arithmetic, and end to end.
+
+The end-to-end tests evaluate the tiny config's random model from a run
+workdir checkpoint and from its Hugging Face export, on a five-row local
+file (`ada_math_local/custom`), which is also the run's training set (so
+no ada_arith build is needed).
+"""
+
+import json
+import math
+import pathlib
+
+import numpy as np
+import pytest
+
+from ada_jax import evaluate, hf, main
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+CORRECT = np.array(
+  [[1, 0, 0, 1], [0, 0, 0, 0], [1, 1, 1, 1]], bool
+)  # Q=3 problems x k=4 samples.
+
+
+def test_ave_and_pass_at_k_by_hand():
+  r = evaluate.score_set(CORRECT)
+  assert r['problems'] == 3
+  assert r['ave_at_k'] == pytest.approx(6 / 12)
+  # pass@j = 1 - C(n - c, j) / C(n, j) per problem, c = 2, 0, 4 of n = 4.
+  assert r['pass_at']['1'] == pytest.approx((2 / 4 + 0 + 1) / 3)
+  assert r['pass_at']['2'] == pytest.approx((1 - 1 / 6 + 0 + 1) / 3)
+  assert r['pass_at']['4'] == pytest.approx((1 + 0 + 1) / 3)
+  assert list(r['pass_at']) == ['1', '2', '4']
+  assert evaluate.pass_budgets(32) == [1, 2, 4, 8, 16, 32]
+  assert evaluate.pass_budgets(6) == [1, 2, 4, 6]
+  three = evaluate.pass_at_k(6, np.array([1]), 3)
+  assert three[0] == pytest.approx(1 - math.comb(5, 3) / math.comb(6, 3))
+  with pytest.raises(ValueError, match='pass@5'):
+    evaluate.pass_at_k(4, np.array([1]), 5)
+
+
+def test_weighted_average_uses_paper_sizes():
+  results = {
+    'math500': evaluate.score_set(CORRECT),  # Ave 0.5, weight 500.
+    'aime_like': evaluate.score_set(np.zeros((2, 4), bool)),  # 0.0, weight 230.
+    'custom': evaluate.score_set(np.ones((5, 4), bool)),  # 1.0, weight 5 (size).
+  }
+  w = evaluate.weighted(results)
+  assert w['weights'] == {'math500': 500, 'aime_like': 230, 'custom': 5}
+  assert w['ave_at_k'] == pytest.approx((500 * 0.5 + 0 + 5 * 1.0) / 735)
+  assert w['pass_at']['4'] == pytest.approx((500 * 2 / 3 + 0 + 5) / 735)
+  # Table 1, Qwen2.5-Math-1.5B GRPO row: 74.2 / 34.4 / 38.4 / 16.2 -> 45.3
+  # (the table's per-set values are rounded, so within 0.1).
+  table = {
+    name: {'problems': 1, 'ave_at_k': v, 'pass_at': {}}
+    for name, v in zip(
+      evaluate.PAPER_WEIGHTS, (0.742, 0.344, 0.384, 0.162), strict=True
+    )
+  }
+  assert 100 * evaluate.weighted(table)['ave_at_k'] == pytest.approx(45.3, abs=0.1)
+
+
+def test_dataset_names():
+  assert evaluate.dataset_split('math500') == ('ada_math_local/math500', 'test')
+  assert evaluate.dataset_split('custom') == ('ada_math_local/custom', 'train')
+  assert evaluate.dataset_split('ada_arith') == ('ada_arith', 'test')
+  assert evaluate.dataset_split('ada_arith:test[:4]') == ('ada_arith', 'test[:4]')
+  with pytest.raises(ValueError, match='unknown set'):
+    evaluate.dataset_split('gsm8k')
+
+
+@pytest.fixture(scope='module')
+def run(tmp_path_factory):
+  """A tiny-config workdir with one checkpoint, its HF export, local data."""
+  root = tmp_path_factory.mktemp('eval')
+  manual = root / 'manual' / 'custom'
+  manual.mkdir(parents=True)
+  rows = [('2+3', '5'), ('7*6', '42'), ('9-4', '5'), ('8+8', '16'), ('3*3', '9')]
+  (manual / 'rows.jsonl').write_text(
+    ''.join(json.dumps({'problem': p, 'answer': a}) + '\n' for p, a in rows)
+  )
+  overrides = [
+    f'--config.data.data_dir={root / "tfds"}',
+    f'--config.data.manual_dir={root / "manual"}',
+    '--config.data.name=ada_math_local/custom',
+    '--config.data.eval_split=',
+    '--config.rl.prompts_per_step=4',
+    '--config.rl.mini_batch_rows=16',
+    '--config.rl.micro_batch_rows=16',
+  ]
+  c = evaluate._load_config(str(ROOT / 'configs' / 'tiny_arith.py'), overrides)
+  workdir = str(root / 'run')
+  trainer = main.build_trainer(c, workdir)
+  trainer.save(force=True)
+  trainer.ckpt.wait()
+  hf_dir = str(root / 'hf')
+  hf.save_model(trainer.model, hf_dir)
+  return {'root': root, 'workdir': workdir, 'hf': hf_dir, 'overrides': overrides}
+
+
+def _argv(run, checkpoint, out, *extra):
+  return [
+    '--config',
+    str(ROOT / 'configs' / 'tiny_arith.py'),
+    '--checkpoint',
+    checkpoint,
+    '--datasets',
+    'custom,custom:train[:3]',
+    '--k',
+    '3',
+    '--max-new-tokens',
+    '8',
+    '--slots',
+    '8',
+    '--out',
+    str(out),
+    *run['overrides'],
+    *extra,
+  ]
+
+
+def test_evaluate_workdir_writes_json_and_markdown(run, caplog):
+  out = run['root'] / 'out_workdir'
+  evaluate.main(_argv(run, run['workdir'], out))
+  report = json.loads((out / 'eval.json').read_text())
+  assert {'checkpoint', 'step', 'k', 'temperature', 'max_new_tokens'} <= set(report)
+  assert report['k'] == 3 and report['temperature'] == 1.0
+  assert report['max_new_tokens'] == 8
+  assert set(report['datasets']) == {'custom', 'custom:train[:3]'}
+  custom = report['datasets']['custom']
+  assert custom['problems'] == 5 and custom['split'] == 'train'
+  assert report['datasets']['custom:train[:3]']['problems'] == 3
+  assert set(custom['pass_at']) == {'1', '2', '3'}
+  assert 0.0 <= custom['ave_at_k'] <= custom['pass_at']['3'] <= 1.0
+  assert report['weighted']['weights'] == {'custom': 5, 'custom:train[:3]': 3}
+  md = (out / 'eval.md').read_text()
+  assert '| set | problems | Ave@3 | pass@1 | pass@2 | pass@3 |' in md
+  assert '| custom | 5 |' in md and '| weighted avg | 8 |' in md
+
+
+def test_evaluate_caps_new_tokens_and_matches_hf_export(run, caplog):
+  c = evaluate._load_config(str(ROOT / 'configs' / 'tiny_arith.py'), run['overrides'])
+
+  def even_length(responses, references, **kw):  # An oracle of the texts.
+    return np.array([len(r) % 2 == 0 for r in responses])
+
+  kw = dict(k=2, slots=8, temperature=0.0, verify_fn=even_length)
+  a = evaluate.evaluate(
+    c, run['workdir'], ['custom'], out_dir=str(run['root'] / 'a'), **kw
+  )
+  assert 'capped at 48' in caplog.text  # 64 positions - 16 prompt bucket.
+  assert a['max_new_tokens'] == 48
+  c.model.hf_path = run['hf']
+  c.model.tokenizer_path = str(pathlib.Path(run['workdir']) / 'tokenizer')
+  b = evaluate.evaluate(c, run['hf'], ['custom'], out_dir=str(run['root'] / 'b'), **kw)
+  assert b['step'] == 0
+  assert b['datasets']['custom'] == a['datasets']['custom']
+
+
+def test_evaluate_without_checkpoint_fails(tmp_path, run):
+  with pytest.raises(SystemExit, match='no checkpoint'):
+    evaluate.main(_argv(run, str(tmp_path / 'empty'), tmp_path / 'o'))

@@ -1,0 +1,341 @@
+"""The trainer end to end on the tiny config (issue 7's acceptance tests).
+
+Config errors; a 2-step run on a (2,2,2) mesh of 8 fake CPU devices;
+SIGTERM -> checkpoint -> resume, ending like an uninterrupted run; an
+injected NaN skipping the update; no backend compile after the first RL step
+for every rule and schedule. Runs are shrunk with config overrides (fewer
+prompts and slots, 2-3 RL steps, a few eval prompts) and all use the same
+mesh and shapes where they can, so that compiled programs are shared.
+"""
+
+import dataclasses
+import importlib.util
+import json
+import os
+import pathlib
+import signal
+import zlib
+
+import jax
+import numpy as np
+import pytest
+
+from ada_jax import adaptive, compiles, train, verifier
+from ada_jax import main as main_lib
+from ada_jax import metrics as metrics_lib
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+# Timings and compile counts differ between a run and its resumed twin.
+_UNSTABLE = ('time_', 'tokens_per_s', 'num_compiles')
+
+
+def _config_module():
+  spec = importlib.util.spec_from_file_location(
+    'tiny_arith_config', ROOT / 'configs' / 'tiny_arith.py'
+  )
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  return module
+
+
+_TINY = _config_module()
+
+
+@pytest.fixture(scope='session')
+def data_dir(tmp_path_factory):
+  """One TFDS data dir for the session: ada_arith is generated once."""
+  return str(tmp_path_factory.mktemp('tfds'))
+
+
+def tiny_config(data_dir: str, arg: str = '', **rl):
+  """The tiny config on a (2,2,2) mesh, shrunk 4x, 3 RL steps, no SFT."""
+  c = _TINY.get_config(arg)
+  c.mesh.data, c.mesh.fsdp, c.mesh.tensor = 2, 2, 2
+  c.data.data_dir = data_dir
+  c.rl.prompts_per_step //= 4
+  c.rl.slots //= 4
+  c.rl.target_groups //= 4
+  rows = adaptive.max_rows(
+    c.rl.prompts_per_step,
+    rule=c.rl.rule,
+    group_size=c.rl.group_size,
+    slots=c.rl.slots,
+    target_groups=c.rl.target_groups or None,
+  )
+  c.rl.mini_batch_rows, c.rl.micro_batch_rows = rows, rows // 2
+  c.rl.steps, c.rl.eval_every, c.rl.eval_max_prompts = 3, 2, 8
+  c.rl.histogram_prompts, c.rl.histogram_k = 8, 2
+  c.sft.steps = 0
+  c.verifier.workers = 1
+  c.checkpoint.every = 100
+  c.log.tensorboard = False
+  for key, value in rl.items():
+    c.rl[key] = value
+  return c
+
+
+def hash_verify(responses, references, *, timeout_s=2.0, workers=None):
+  """A fast deterministic stand-in for the verifier: mixed 0/1 rewards."""
+  del timeout_s, workers
+  return np.array(
+    [
+      zlib.crc32(f'{r}|{f}'.encode()) % 2 == 0
+      for r, f in zip(responses, references, strict=True)
+    ]
+  )
+
+
+def host(tree):
+  return [np.asarray(x) for x in jax.tree.leaves(jax.device_get(tree))]
+
+
+def same_params(a, b) -> bool:
+  return all(np.array_equal(x, y) for x, y in zip(a, b, strict=True))
+
+
+@dataclasses.dataclass
+class Run:
+  trainer: train.Trainer
+  summary: dict
+  rows: list[dict]
+  params_before: list[np.ndarray]
+  params_after: list[np.ndarray]
+  step_params: dict[int, tuple[list[np.ndarray], list[np.ndarray]]]
+  compiles_after_step1: int | None
+
+
+def run(c, workdir, *, verify_fn=hash_verify, trainer_hook=None) -> Run:
+  """build_trainer + fit, recording params around each RL step."""
+  main_lib.validate(c)
+  trainer = main_lib.build_trainer(c, str(workdir), verify_fn=verify_fn)
+  if trainer_hook is not None:
+    trainer_hook(trainer)
+  before = host(trainer.state)
+  step_params, marks = {}, {}
+  rl_step = trainer.rl_step
+
+  def recorded_step():
+    p0 = host(trainer.state)
+    row = rl_step()
+    step_params[trainer.step] = (p0, host(trainer.state))
+    marks[trainer.step] = compiles.num_compiles()
+    return row
+
+  trainer.rl_step = recorded_step
+  summary = train.fit(trainer)
+  rows = metrics_lib.read_rows(workdir, phase='rl')
+  return Run(
+    trainer,
+    summary,
+    rows,
+    before,
+    host(trainer.state),
+    step_params,
+    marks.get(1),
+  )
+
+
+# Item 9: config errors, each naming the key.
+
+
+@pytest.mark.parametrize(
+  'arg, edit, key',
+  [
+    ('', lambda c: setattr(c.rl, 'slots', 62), 'rl.slots'),
+    ('', lambda c: setattr(c.rl, 'group_size', 3), 'rl.group_size'),
+    ('', lambda c: setattr(c.rl, 'rule', 'ppo'), 'rl.rule'),
+    ('', lambda c: setattr(c.rl, 'schedule', 'greedy'), 'rl.schedule'),
+    ('', lambda c: setattr(c.sampling, 'max_new_tokens', 60), 'max_new_tokens'),
+    (
+      'variant=pos',
+      lambda c: setattr(c.rl, 'samples_per_round', 2),
+      'rl.samples_per_round',
+    ),
+  ],
+  ids=['slots_dp', 'odd_group_balance', 'rule', 'schedule', 'length', 'spr'],
+)
+def test_config_error_names_key(data_dir, arg, edit, key):
+  c = tiny_config(data_dir, arg)
+  main_lib.validate(c)  # The shrunk config itself is valid.
+  edit(c)
+  with pytest.raises(ValueError, match=key.replace('.', r'\.')):
+    main_lib.validate(c)
+
+
+def test_config_error_hosts(data_dir, monkeypatch):
+  c = tiny_config(data_dir)
+  monkeypatch.setattr(jax, 'process_count', lambda: 3)
+  with pytest.raises(ValueError, match=r'rl\.prompts_per_step'):
+    main_lib.validate(c)
+
+
+def test_odd_group_size_is_fine_outside_balance(data_dir):
+  c = tiny_config(data_dir, 'variant=pos')
+  c.rl.group_size = 3
+  c.rl.mini_batch_rows = c.rl.micro_batch_rows = c.rl.prompts_per_step * 3
+  main_lib.validate(c)
+
+
+# A 2-step run on a (2,2,2) mesh with the real verifier.
+
+
+def test_two_step_run_on_2x2x2_mesh(data_dir, tmp_path):
+  calls = []
+
+  def real_verify(responses, references, **kw):
+    # The real verifier pool scores every response; the hash bit on top keeps
+    # the rewards mixed whatever the (short) warm start left the policy at,
+    # so that the advantages, hence the update, are not all zero.
+    real = verifier.verify_batch(responses, references, **kw)
+    calls.append(real)
+    return real | hash_verify(responses, references)
+
+  c = tiny_config(data_dir, steps=2, eval_every=0, warmup=2)
+  c.sft.steps, c.sft.warmup = 4, 0
+  verifier_calls = verifier.counters()['calls']
+  r = run(c, tmp_path / 'wd', verify_fn=real_verify)
+  assert calls and all(x.dtype == bool for x in calls)
+  assert verifier.counters()['calls'] > verifier_calls
+  sft_rows = metrics_lib.read_rows(tmp_path / 'wd', phase='sft')
+  assert [row['step'] for row in sft_rows] == [4]
+  mesh = r.trainer.mesh
+  assert dict(mesh.shape) == {'data': 2, 'fsdp': 2, 'tensor': 2}
+  assert [row['step'] for row in r.rows] == [1, 2]
+  for row in r.rows:
+    missing = set(metrics_lib.RL_KEYS) - set(row)
+    assert not missing, missing
+    assert row['phase'] == 'rl'
+    assert row['skipped_updates'] == 0
+    assert np.isfinite(row['loss']) and np.isfinite(row['grad_norm'])
+  # Warmup from 0: step 1 takes no step, step 2 does.
+  assert r.rows[0]['lr'] == 0.0 and r.rows[1]['lr'] == pytest.approx(c.rl.lr / 2)
+  assert r.rows[1]['zero_adv_frac'] < 1, r.rows[1]
+  assert same_params(*r.step_params[1])
+  assert not same_params(*r.step_params[2])
+  assert not same_params(r.params_before, r.params_after)
+  assert r.summary['steps'] == 2
+  assert 'after_rl' in r.summary
+  assert (tmp_path / 'wd' / 'samples.jsonl').read_text().strip()
+
+
+# SIGTERM, checkpoint, resume; equality with an uninterrupted run.
+
+
+@pytest.fixture(scope='module')
+def full_run(data_dir, tmp_path_factory):
+  """3 RL steps, not interrupted."""
+  return run(tiny_config(data_dir), tmp_path_factory.mktemp('full'))
+
+
+@pytest.fixture(scope='module')
+def preempted_run(data_dir, tmp_path_factory):
+  """The same run, SIGTERM'd during step 2's sampling, then resumed."""
+  workdir = tmp_path_factory.mktemp('preempted')
+  holder = {}
+
+  def verify_and_kill(responses, references, **kw):
+    t = holder.get('trainer')
+    if t is not None and t.step == 2 and not holder.get('sent'):
+      holder['sent'] = True
+      os.kill(os.getpid(), signal.SIGTERM)
+    return hash_verify(responses, references, **kw)
+
+  first = run(
+    tiny_config(data_dir),
+    workdir,
+    verify_fn=verify_and_kill,
+    trainer_hook=lambda t: holder.update(trainer=t),
+  )
+  steps_after_first = first.trainer.ckpt.steps()
+  resumed = run(tiny_config(data_dir), workdir)
+  return first, steps_after_first, resumed
+
+
+def test_sigterm_writes_checkpoint_and_resume_continues(preempted_run):
+  first, steps_after_first, resumed = preempted_run
+  # Stopped at the step boundary after the signal, with a checkpoint there.
+  assert first.summary['preempted_at'] == 2
+  assert first.trainer.step == 2
+  assert 2 in steps_after_first and max(steps_after_first) == 2
+  assert [row['step'] for row in first.rows] == [1, 2]
+  assert 'after_rl' not in first.summary
+  # Resumed from step 2 and ran step 3 only.
+  assert sorted(resumed.step_params) == [3]
+  assert same_params(resumed.params_before, first.params_after)
+  assert [row['step'] for row in resumed.rows] == [1, 2, 3]
+  assert resumed.summary['steps'] == 3 and 'preempted_at' not in resumed.summary
+  assert 3 in resumed.trainer.ckpt.steps()
+
+
+def _stable(row):
+  return {k: v for k, v in row.items() if not k.startswith(_UNSTABLE)}
+
+
+def test_kill_and_resume_equals_uninterrupted(full_run, preempted_run):
+  _, _, resumed = preempted_run
+  assert len(full_run.rows) == len(resumed.rows) == 3
+  for a, b in zip(full_run.rows, resumed.rows, strict=True):
+    a, b = _stable(a), _stable(b)
+    assert a.keys() == b.keys()
+    for k in a:
+      if isinstance(a[k], str):
+        assert a[k] == b[k], (a['step'], k)
+      else:
+        assert np.allclose(a[k], b[k], rtol=1e-5, atol=1e-6), (a['step'], k, a[k], b[k])
+  for x, y in zip(full_run.params_after, resumed.params_after, strict=True):
+    np.testing.assert_allclose(x, y, rtol=1e-5, atol=1e-6)
+  assert not same_params(full_run.params_before, full_run.params_after)
+  for part in ('before_rl', 'after_rl'):
+    assert json.dumps(full_run.summary[part]) == json.dumps(resumed.summary[part])
+
+
+# An injected NaN skips the update.
+
+
+def test_injected_nan_skips_the_update(data_dir, tmp_path):
+  def poison(step, batch):
+    if step == 2:
+      adv = batch['advantages']
+      # Same sharding as the real advantages: the poison adds no compile.
+      nan = jax.device_put(np.full(adv.shape, np.nan, adv.dtype), adv.sharding)
+      batch = dict(batch, advantages=nan)
+    return batch
+
+  r = run(
+    tiny_config(data_dir, eval_every=0, warmup=0),
+    tmp_path / 'wd',
+    trainer_hook=lambda t: setattr(t, 'batch_hook', poison),
+  )
+  skipped = {row['step']: row['skipped_updates'] for row in r.rows}
+  assert skipped[2] > 0 and skipped[1] == skipped[3] == 0, skipped
+  assert same_params(*r.step_params[2])
+  assert not same_params(*r.step_params[1])
+  assert not same_params(*r.step_params[3])  # The run goes on.
+  assert all(np.isfinite(p).all() for p in r.params_after)
+  assert r.summary['steps'] == 3
+
+
+# No backend compile after the first RL step, evaluation included.
+
+
+@pytest.mark.parametrize(
+  'arg',
+  [
+    'variant=grpo',
+    'variant=dapo',
+    'variant=est',
+    'variant=pos,schedule=paper',
+    'variant=pos,schedule=refill',
+    'variant=balance,schedule=paper',
+    'variant=balance,schedule=refill',
+  ],
+)
+def test_no_compile_after_first_rl_step(data_dir, tmp_path, arg):
+  r = run(tiny_config(data_dir, arg), tmp_path / 'wd')
+  assert [row['step'] for row in r.rows] == [1, 2, 3]
+  assert 'eval_accuracy' in r.rows[1]  # The evaluation at step 2 ran.
+  first = r.compiles_after_step1
+  assert r.rows[0]['num_compiles'] <= first
+  late = compiles.compiled_names(first)
+  assert not late, f'{arg}: compiled after step 1: {late}'
+  assert r.rows[-1]['num_compiles'] == r.rows[0]['num_compiles']
