@@ -83,7 +83,9 @@ class ModelConfig:
 class KVCache(NamedTuple):
   """Per-layer keys and values plus which cache slots hold real tokens.
 
-  k, v: tuples of L arrays [B, S, G, K]; valid: bool [B, S].
+  k, v: tuples of L arrays [B, G, S, K] (heads before positions, so the
+  attention dots read the cache without transposing it every step);
+  valid: bool [B, S].
   Cache index order equals sequence order (prompts are left-padded), so
   causality is `key index <= query index` on cache indices.
   """
@@ -98,7 +100,7 @@ def init_cache(
 ) -> KVCache:
   """An empty cache of `length` slots per row (dtype: compute dtype)."""
   dtype = dtype or config.dtype
-  shape = (batch, length, config.num_kv_heads, config.head_dim)
+  shape = (batch, config.num_kv_heads, length, config.head_dim)
   zeros = tuple(jnp.zeros(shape, dtype) for _ in range(config.num_layers))
   zeros_v = tuple(jnp.zeros(shape, dtype) for _ in range(config.num_layers))
   return KVCache(zeros, zeros_v, jnp.zeros((batch, length), jnp.bool_))
@@ -233,19 +235,19 @@ class Attention(nnx.Module):
       q, k = self.q_norm(q), self.k_norm(k)
     q = apply_rope(q, positions, inv_freq)
     k = apply_rope(k, positions, inv_freq)
-    k_cache = write_cache(k_cache, k, write_index)
-    v_cache = write_cache(v_cache, v, write_index)
+    k_cache = write_cache(k_cache, k.transpose(0, 2, 1, 3), write_index, axis=2)
+    v_cache = write_cache(v_cache, v.transpose(0, 2, 1, 3), write_index, axis=2)
 
     b, t, h, kd = q.shape
     g = c.num_kv_heads
     qg = q.reshape(b, t, g, h // g, kd)
     scores = jnp.einsum(
-      'btgrk,bsgk->bgrts', qg, k_cache.astype(dt), preferred_element_type=jnp.float32
+      'btgrk,bgsk->bgrts', qg, k_cache.astype(dt), preferred_element_type=jnp.float32
     )
     scores = scores / math.sqrt(kd)
     scores = jnp.where(mask[:, :, None], scores, _MASK_VALUE)
     probs = jax.nn.softmax(scores, axis=-1).astype(dt)
-    out = jnp.einsum('bgrts,bsgk->btgrk', probs, v_cache.astype(dt))
+    out = jnp.einsum('bgrts,bgsk->btgrk', probs, v_cache.astype(dt))
     out = out.reshape(b, t, h, kd)
     y = jnp.einsum('bthk,hkd->btd', out, self.o[...].astype(dt))
     if c.o_bias:
@@ -253,20 +255,23 @@ class Attention(nnx.Module):
     return y, k_cache, v_cache
 
 
-def write_cache(cache: Array, new: Array, write_index: Array) -> Array:
-  """Writes new [B, T, ...] into cache [B, S, ...] at write_index.
+def write_cache(cache: Array, new: Array, write_index: Array, axis: int = 1) -> Array:
+  """Writes `new` into `cache` along the position `axis` at write_index.
 
+  cache [B, ..., S, ...] and new [B, ..., T, ...] differ only on `axis`.
   write_index is a scalar (all rows at the same index: one in-place
   dynamic_update_slice, the fast path for batched decode) or int [B] (each
   row at its own index).
   """
   new = new.astype(cache.dtype)
   if write_index.ndim == 0:
-    starts = (0, write_index) + (0,) * (cache.ndim - 2)
+    starts = [0] * cache.ndim
+    starts[axis] = write_index
     return jax.lax.dynamic_update_slice(cache, new, starts)
 
   def one(row_cache, row_new, idx):
-    starts = (idx,) + (0,) * (row_cache.ndim - 1)
+    starts = [0] * row_cache.ndim
+    starts[axis - 1] = idx
     return jax.lax.dynamic_update_slice(row_cache, row_new, starts)
 
   return jax.vmap(one)(cache, new, write_index)

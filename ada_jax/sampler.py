@@ -60,7 +60,7 @@ class Rollout(NamedTuple):
 
 
 class PromptCache(NamedTuple):
-  """The step's prompts, run once: per-layer KV [B, P, G, K] and what decoding needs."""
+  """The step's prompts, run once: per-layer KV [B, G, P, K] and what decoding needs."""
 
   k: tuple[Array, ...]
   v: tuple[Array, ...]
@@ -194,10 +194,10 @@ def _round_jit(
   sh4 = _rows_sharding(mesh, s, 4)
   sh2 = _rows_sharding(mesh, s, 2)
 
-  def slot_cache(prefix):  # [B, P, G, K] -> [S, P + N, G, K]
+  def slot_cache(prefix):  # [B, G, P, K] -> [S, G, P + N, K]
     x = jnp.take(prefix, idx, axis=0)
-    pad = jnp.zeros((s, n, *x.shape[2:]), x.dtype)
-    return _constrain(jnp.concatenate([x, pad], axis=1), sh4)
+    pad = jnp.zeros((s, x.shape[1], n, x.shape[3]), x.dtype)
+    return _constrain(jnp.concatenate([x, pad], axis=2), sh4)
 
   cache = model_lib.KVCache(
     tuple(slot_cache(x) for x in pc.k),
