@@ -337,6 +337,10 @@ def main(argv) -> None:
   """Entry point (absl app)."""
   del argv
   logging.getLogger().setLevel(logging.INFO)
+  # orbax and TFDS log every file operation at INFO through absl.
+  from absl import logging as absl_logging
+
+  absl_logging.set_verbosity(absl_logging.WARNING)
   init_distributed()
   from ada_jax import train
 

@@ -315,6 +315,7 @@ class Trainer:
       verify_fn=self.verify_fn,
     )
     self.history = out.groups.history
+    del sample_model  # Free the sampling copy of the weights before the update.
     batch = out.batch
     t1 = time.perf_counter()
     u = self.rl.update

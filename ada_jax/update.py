@@ -124,6 +124,9 @@ def _tree_where(pred: Array, a: Any, b: Any) -> Any:
 
 
 def _split(x: Array, *sizes: int) -> Array:
+  # TODO(next): contiguous micro-batches put each one on a subset of the row
+  # shards (memory_plan.micro_rows_per_device); a strided split would use
+  # every device per micro-batch but needs the planner refitted.
   return x.reshape(*sizes, *x.shape[1:])
 
 

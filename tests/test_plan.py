@@ -135,7 +135,7 @@ def test_sampling_round_matches_compiled(config, mesh_shape):
   s = _SHAPES
   mesh = sharding.make_mesh(mesh_shape)
   graphdef, state = _abstract_state(config, mesh, sharding.SAMPLE_RULES)
-  kv = (s.prompts, s.prompt_len, config.num_kv_heads, config.head_dim)
+  kv = (s.prompts, config.num_kv_heads, s.prompt_len, config.head_dim)
   row_sh = sampler._rows_sharding(mesh, s.prompts, 4)  # As prefill makes it.
   row_sh2 = sampler._rows_sharding(mesh, s.prompts, 2)
   prompt_cache = sampler.PromptCache(
