@@ -38,12 +38,21 @@ timings; a real run's verifier pool adds its own cost to every round.
 
 Run: python benchmarks/step_cost.py [--steps K] [--sft-steps N] [--warmup W]
        [--quick] [--seed S] [--warm-params CACHE.npz] [--workdir DIR]
-(defaults K=10, N=300, W=2: about 6 minutes on 2 busy CPU cores, half of it
-SFT; --quick: K=4, N=100, W=1, about 3 minutes). `--warm-params` keeps the
+(defaults K=10, N=300, W=2: 3-6 minutes on 2 shared CPU cores, up to half
+of it SFT; --quick: K=4, N=100, W=1, 2-3 minutes). Without --workdir the
+scratch dir (data, tokenizer, SFT checkpoint) is a temp dir, removed at the
+end. `--warm-params` keeps the
 SFT-warmed params in an .npz and reuses them on the next run with the same
-SFT steps and seed. After 300 SFT steps the round-1 reward is still low (a
-few percent), so balance mostly runs all its rounds (its costly regime); the
-config's own 800 steps give a more mixed policy at about twice the SFT time.
+SFT steps and seed. After 300 SFT steps the round-1 reward is low (about 2%;
+after the config's own 800 steps about 5%), so nearly every balance prompt
+lacks positives and every balance step runs all 4 rounds: balance's costly
+regime, with few idle slots under either schedule.
+
+Reading the figures: every variant trains on the same R rows, so the update
+costs about the same per step, and balance spreads it over about 8x more live
+tokens; its larger sampling batch (S=256) is also cheaper per token on CPU.
+Time per live token therefore favours balance by a wide margin here; the
+sampling-only column is the stricter check that rounds do not waste work.
 
 Dimension legend: B prompts per step, n group size, M samples per round,
 S slots per round, P prompt bucket, N new tokens, R training rows, K measured
@@ -56,6 +65,7 @@ import argparse
 import importlib.util
 import pathlib
 import platform
+import shutil
 import tempfile
 import time
 from typing import Any
@@ -334,7 +344,14 @@ def run(args: argparse.Namespace) -> None:
   print()
   print_table(figs)
   print_ratios(figs)
-  print(f'\ntotal wall time {time.perf_counter() - t_start:.0f}s; workdir {root}')
+  for t in trainers.values():
+    if t.ckpt is not None:
+      t.ckpt.wait()
+  if args.workdir:
+    print(f'\ntotal wall time {time.perf_counter() - t_start:.0f}s; workdir {root}')
+  else:
+    shutil.rmtree(root, ignore_errors=True)
+    print(f'\ntotal wall time {time.perf_counter() - t_start:.0f}s')
 
 
 def main() -> None:
