@@ -34,6 +34,7 @@ def test_sharded_forward_equals_unsharded(hf_models, shape, caplog):
   )
   expected = np.asarray(model_lib.logits(hf.load_model(path), tokens, mask))
   mesh = sharding.make_mesh(shape)
+  sharding._logged.clear()  # Logged once per process; other tests may have.
   with caplog.at_level(logging.WARNING):
     model = hf.load_model(path, mesh=mesh)
   kernel = model.layers[0].mlp.gate[...]
