@@ -78,7 +78,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   c.data.max_level = -1  # -1: every level of the ladder; k: levels 0..k only.
 
   c.rl = ml_collections.ConfigDict()
-  c.rl.steps = 40
+  c.rl.steps = 100
   c.rl.prompts_per_step = 32
   c.rl.rule = variant
   c.rl.schedule = schedule
@@ -103,7 +103,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   c.rl.clip_ratio_c = 10.0
   c.rl.loss_agg_mode = 'token-mean'
   c.rl.entropy_coef = 0.0
-  c.rl.eval_every = 10
+  c.rl.eval_every = 25
   c.rl.eval_max_prompts = 0
   c.rl.histogram_prompts = 256
   c.rl.histogram_k = 8
@@ -123,7 +123,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   if variant == 'grpo':
     c.rl.slots = c.rl.prompts_per_step * c.rl.group_size
 
-  c.sft = ml_collections.ConfigDict(dict(steps=800, batch_size=64, lr=3e-3, warmup=30))
+  c.sft = ml_collections.ConfigDict(dict(steps=2000, batch_size=64, lr=3e-3, warmup=30))
 
   c.verifier = ml_collections.ConfigDict(dict(timeout_s=2.0, workers=2))
   c.checkpoint = ml_collections.ConfigDict(dict(every=20, keep=2))
