@@ -161,12 +161,17 @@ def load_tokenizer(c, workdir: str):
   return tokenizer_lib.build_tiny_tokenizer(tok_dir)
 
 
-def model_config(c, tok):
-  """The policy's ModelConfig: from model.hf_path, else the tiny model's."""
+def model_config(c, tok=None):
+  """The policy's ModelConfig: from model.hf_path, else the tiny model's.
+
+  `tok` gives the tiny model's vocab size and EOS id; without it (the memory
+  planner, which needs shapes only) the tiny tokenizer's vocab is used.
+  """
   import jax.numpy as jnp
 
   from ada_jax import hf
   from ada_jax import model as model_lib
+  from ada_jax import tokenizer as tokenizer_lib
 
   dtype, param_dtype = jnp.dtype(c.model.dtype), jnp.dtype(c.model.param_dtype)
   if c.model.hf_path:
@@ -180,9 +185,10 @@ def model_config(c, tok):
   family = t.get('family', 'qwen2')
   if family not in ('qwen2', 'qwen3', 'llama'):
     raise ValueError(f'config model.tiny.family={family!r}: one of qwen2, qwen3, llama')
+  vocab = tok.vocab_size if tok is not None else len(tokenizer_lib._tiny_vocab())
   return model_lib.ModelConfig(
     model_type=family,
-    vocab_size=-(-tok.vocab_size // 8) * 8,
+    vocab_size=-(-vocab // 8) * 8,
     hidden_size=t.hidden,
     intermediate_size=t.mlp,
     num_layers=t.layers,
@@ -193,7 +199,7 @@ def model_config(c, tok):
     qk_norm=family == 'qwen3',
     tie_embeddings=True,
     max_position_embeddings=t.max_positions,
-    eos_token_id=tok.eos_ids[0],
+    eos_token_id=tok.eos_ids[0] if tok is not None else None,
     param_dtype=param_dtype,
     dtype=dtype,
   )

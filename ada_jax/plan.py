@@ -67,36 +67,12 @@ def model_config(c, config_name: str):
   """The policy's ModelConfig: hf_path's config.json, the paper table, or tiny."""
   import jax.numpy as jnp
 
-  from ada_jax import hf, memory_plan
-  from ada_jax import model as model_lib
-  from ada_jax import tokenizer as tokenizer_lib
+  from ada_jax import main, memory_plan
 
-  dtype, param_dtype = jnp.dtype(c.model.dtype), jnp.dtype(c.model.param_dtype)
-  if c.model.hf_path:
-    return hf.config_from_hf(
-      hf.read_hf_config(c.model.hf_path), dtype=dtype, param_dtype=param_dtype
-    )
-  if c.data.template == 'tiny':  # main.build_trainer's tiny model.
-    t = c.model.tiny
-    family = t.get('family', 'qwen2')
-    vocab = len(tokenizer_lib._tiny_vocab())  # The tiny task has no vocab constant.
-    return model_lib.ModelConfig(
-      model_type=family,
-      vocab_size=-(-vocab // 8) * 8,
-      hidden_size=t.hidden,
-      intermediate_size=t.mlp,
-      num_layers=t.layers,
-      num_heads=t.heads,
-      num_kv_heads=t.kv_heads,
-      head_dim=t.head_dim,
-      qkv_bias=family == 'qwen2',
-      qk_norm=family == 'qwen3',
-      tie_embeddings=True,
-      max_position_embeddings=t.max_positions,
-      param_dtype=param_dtype,
-      dtype=dtype,
-    )
+  if c.model.hf_path or c.data.template == 'tiny':  # As main.build_trainer does.
+    return main.model_config(c)
   if config_name in memory_plan.PAPER_MODELS:
+    dtype, param_dtype = jnp.dtype(c.model.dtype), jnp.dtype(c.model.param_dtype)
     return memory_plan.model_config_from_table(config_name, dtype, param_dtype)
   raise ValueError(
     f'config {config_name}: no model dims: set --config.model.hf_path (config.json '
