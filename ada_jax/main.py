@@ -61,9 +61,16 @@ def init_distributed() -> None:
 def validate(c) -> None:
   """Config errors before any compile; each names the key at fault."""
   import jax
+  from etils import epath
 
   from ada_jax import adaptive
 
+  init_from = c.model.get('init_from', '')
+  if init_from and not (epath.Path(init_from) / 'checkpoints').is_dir():
+    raise ValueError(
+      f'config model.init_from={init_from!r}: no checkpoints/ directory there '
+      '(pass the workdir of a finished run)'
+    )
   # An empty hf_path builds the random tiny model with the tiny task's
   # tokenizer, which only reads the `tiny` template: any other template
   # means a real model was meant and its directory is missing.
@@ -328,6 +335,8 @@ def build_trainer(c, workdir: str, *, verify_fn=None):
     verify_fn=verify_fn,
   )
   resumed = trainer.restore()
+  if not resumed and c.model.get('init_from', ''):
+    trainer.init_from(c.model.init_from)
   trainer.writer = metrics_lib.MetricsWriter(
     workdir,
     process_index=jax.process_index(),

@@ -185,6 +185,37 @@ class Trainer:
     logging.info('resumed from step %d (sft_done=%s)', step, self.sft_done)
     return True
 
+  def init_from(self, workdir: str) -> None:
+    """Takes the params (and SFT status) of another run's latest checkpoint.
+
+    A warm start shared by many runs: an SFT-only run (`rl.steps=0`) of one
+    seed initializes every RL variant of that seed, so a sweep pays for SFT
+    once. The optimizer state, data order and RNG stay fresh; they are what an
+    SFT-then-RL run has at its first RL step too, so the result equals the
+    run that did its own SFT.
+
+    Raises:
+      FileNotFoundError: `workdir` has no usable checkpoint.
+    """
+    abstract = jax.tree.map(
+      lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding),
+      self.state,
+    )
+    source = checkpoint_lib.Checkpointer(workdir, keep=1 << 30)
+    try:
+      got = source.restore_latest(abstract)
+    finally:
+      source.close()
+    if got is None:
+      raise FileNotFoundError(
+        f'model.init_from: no usable checkpoint in {workdir}/checkpoints'
+      )
+    step, self.state, _, extras = got
+    self.sft_done = self.sft_done or bool(extras.get('sft_done', False))
+    logging.info(
+      'initialized from %s (its step %d, sft_done=%s)', workdir, step, self.sft_done
+    )
+
   # Prompts.
 
   def encode(self, examples: Sequence[data.Example]) -> tuple[np.ndarray, np.ndarray]:

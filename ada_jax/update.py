@@ -205,7 +205,7 @@ def _rl_update(
     )
     zeros_m = jax.tree.map(lambda x: jnp.zeros(x.shape, x.dtype), metrics0)
     (grads, metrics), _ = jax.lax.scan(accumulate, (zeros, zeros_m), mini)
-    grad_norm = optax.global_norm(grads)
+    grad_norm = optax.tree.norm(grads)
     finite = jnp.isfinite(grad_norm) & jnp.isfinite(metrics['loss'])
     scale = jnp.minimum(1.0, s.grad_clip / (grad_norm + 1e-6))
     grads = jax.tree.map(lambda g: jnp.where(finite, g * scale, 0.0), grads)
@@ -247,7 +247,7 @@ def _sft_update(
     return -jnp.sum(tgt * w) / jnp.maximum(jnp.sum(w), 1.0)
 
   loss, grads = jax.value_and_grad(ce)(state)
-  grad_norm = optax.global_norm(grads)
+  grad_norm = optax.tree.norm(grads)
   updates, opt_state = tx.update(grads, opt_state, state)
   return (
     optax.apply_updates(state, updates),

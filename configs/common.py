@@ -219,6 +219,9 @@ def paper_config(
   c.model = ml_collections.ConfigDict()
   c.model.hf_path = ''  # --config.model.hf_path=/path/to/<HF model dir>.
   c.model.tokenizer_path = ''  # Empty: hf_path's tokenizer.
+  # A run's workdir whose latest checkpoint gives the initial params (e.g. a
+  # shared SFT warm start); empty: none. A resumed run ignores it.
+  c.model.init_from = ''
   c.model.dtype = 'bfloat16'  # Compute and KV cache.
   c.model.param_dtype = 'float32'  # Master weights: lr 1e-6 vanishes in bf16.
   c.model.tiny = ml_collections.ConfigDict(  # Only read when hf_path is ''.

@@ -59,6 +59,9 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   c.model = ml_collections.ConfigDict()
   c.model.hf_path = ''  # Empty: a new tiny model with the built-in tokenizer.
   c.model.tokenizer_path = ''
+  # A run's workdir whose latest checkpoint gives the initial params: the
+  # experiments share one SFT-only run (`rl.steps=0`) per seed this way.
+  c.model.init_from = ''
   c.model.dtype = 'float32'
   c.model.param_dtype = 'float32'
   c.model.tiny = ml_collections.ConfigDict(

@@ -271,22 +271,55 @@ def _stable(row):
   return {k: v for k, v in row.items() if not k.startswith(_UNSTABLE)}
 
 
+def assert_same_run(a: Run, b: Run) -> None:
+  """Same metrics rows (timings and compile counts aside) and final params."""
+  assert len(a.rows) == len(b.rows)
+  for x, y in zip(a.rows, b.rows, strict=True):
+    x, y = _stable(x), _stable(y)
+    assert x.keys() == y.keys()
+    for k in x:
+      if isinstance(x[k], str):
+        assert x[k] == y[k], (x['step'], k)
+      else:
+        assert np.allclose(x[k], y[k], rtol=1e-5, atol=1e-6), (x['step'], k, x[k], y[k])
+  for x, y in zip(a.params_after, b.params_after, strict=True):
+    np.testing.assert_allclose(x, y, rtol=1e-5, atol=1e-6)
+
+
 def test_kill_and_resume_equals_uninterrupted(full_run, preempted_run):
   _, _, resumed = preempted_run
-  assert len(full_run.rows) == len(resumed.rows) == 3
-  for a, b in zip(full_run.rows, resumed.rows, strict=True):
-    a, b = _stable(a), _stable(b)
-    assert a.keys() == b.keys()
-    for k in a:
-      if isinstance(a[k], str):
-        assert a[k] == b[k], (a['step'], k)
-      else:
-        assert np.allclose(a[k], b[k], rtol=1e-5, atol=1e-6), (a['step'], k, a[k], b[k])
-  for x, y in zip(full_run.params_after, resumed.params_after, strict=True):
-    np.testing.assert_allclose(x, y, rtol=1e-5, atol=1e-6)
+  assert len(full_run.rows) == 3
+  assert_same_run(full_run, resumed)
   assert not same_params(full_run.params_before, full_run.params_after)
   for part in ('before_rl', 'after_rl'):
     assert json.dumps(full_run.summary[part]) == json.dumps(resumed.summary[part])
+
+
+# A shared warm start: model.init_from.
+
+
+def test_init_from_sft_run_equals_doing_the_sft(data_dir, tmp_path):
+  def config(**edits):
+    c = tiny_config(data_dir, steps=1)
+    c.sft.steps, c.sft.batch_size = 3, 8
+    for key, value in edits.items():
+      c.model[key] = value
+    return c
+
+  own = run(config(), tmp_path / 'own')
+  warm = config()
+  warm.rl.steps = 0
+  sft_only = run(warm, tmp_path / 'sft_only')
+  shared = run(config(init_from=str(tmp_path / 'sft_only')), tmp_path / 'shared')
+  # The warm start's SFT params, not a fresh init, and no second SFT.
+  assert same_params(shared.params_before, sft_only.params_after)
+  assert not any(
+    r['phase'] == 'sft' for r in metrics_lib.read_rows(tmp_path / 'shared')
+  )
+  assert len(own.rows) == 1
+  assert_same_run(own, shared)
+  with pytest.raises(ValueError, match=r'model\.init_from'):
+    main_lib.validate(config(init_from=str(tmp_path / 'missing')))
 
 
 # An injected NaN skips the update.
