@@ -3,14 +3,33 @@ r"""Expands an experiment module's `sweep()` into training commands.
   python -m ada_jax.sweep experiments/NAME.py                  # print them
   python -m ada_jax.sweep experiments/NAME.py --run            # run here, in turn
   python -m ada_jax.sweep experiments/NAME.py --tpu POD \
-      --workdir-root gs://BUCKET/ada [--run]                   # via launch_tpu.sh
+      --workdir-root gs://BUCKET/ada [--run] \
+      [--set model.hf_path=/home/USER/models/M]               # via launch_tpu.sh
 
-`sweep()` returns a list of dicts, one per run:
+`sweep(local: bool = True)` returns a list of dicts, one per run, in the
+order they run:
 
   config     configs/<name>.py
   arg        the config's arg string ('' for none), e.g. 'variant=grpo'
   overrides  {'rl.steps': 20, 'seed': 1}: `--config.rl.steps=20 --config.seed=1`
-  name       the run's workdir below ROOT/NAME/ (unique within the sweep)
+  name       the run's workdir below ROOT/GROUP/
+  group      optional folder below ROOT (default: the experiment's NAME); a
+             run shared by several experiments (a warm start) names one
+             group in all of them, so whichever sweep comes first runs it
+             and the others find it finished
+
+A string override may contain `{root}` (ROOT/NAME, the experiment's folder)
+or `{sweeps}` (ROOT itself), replaced at expansion, so a run can point at
+an earlier one of the same sweep: `{'model.init_from':
+'{sweeps}/warm_start/sft_s0'}`. Runs execute in list order, so list such a
+run after the one it reads.
+
+Grids: `--grid local` (the default) calls `sweep(local=True)`, the tiny
+config on this machine; `--grid tpu` (the default with `--tpu`) calls
+`sweep(local=False)`, the paper configs. A `sweep()` without a `local`
+parameter has one grid, used for both. `--set KEY=VALUE` (repeatable) adds
+an override to every run, after the entry's own (the paper configs need
+`model.hf_path`).
 
 Every run's config is built (with its overrides) before anything is printed
 or started, so a typo fails at once. Locally, `--run` skips runs whose
@@ -25,6 +44,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import importlib.util
+import inspect
 import json
 import os
 import shlex
@@ -43,7 +63,7 @@ class Run:
 
   Attributes:
     name: workdir suffix from the sweep entry.
-    workdir: ROOT/<experiment>/<name>.
+    workdir: ROOT/<group>/<name> (group: the experiment's name by default).
     config: `CONFIG[:arg]` as main's --config takes it.
     overrides: `--config.key=value` flags.
   """
@@ -111,38 +131,83 @@ def _flag(key: str, value: Any) -> str:
   return f'--config.{key}={value}'
 
 
-def expand(path: str, *, root: str = DEFAULT_ROOT, check: bool = True) -> list[Run]:
-  """The runs of `path`'s sweep(), workdirs below ROOT/<experiment>/.
+def _fill(value: Any, places: Mapping[str, str]) -> Any:
+  """`{root}` / `{sweeps}` in a string value; other values as they are.
+
+  Plain replacement, not str.format: an override may hold other braces
+  (a LaTeX template, a JSON string).
+  """
+  if not isinstance(value, str):
+    return value
+  for key, path in places.items():
+    value = value.replace(f'{{{key}}}', path)
+  return value
+
+
+def _entries(module: Any, local: bool) -> list[dict[str, Any]]:
+  if 'local' in inspect.signature(module.sweep).parameters:
+    return list(module.sweep(local=local))
+  return list(module.sweep())
+
+
+def expand(
+  path: str,
+  *,
+  root: str = DEFAULT_ROOT,
+  check: bool = True,
+  local: bool = True,
+  extra: Mapping[str, Any] | None = None,
+) -> list[Run]:
+  """The runs of `path`'s sweep(), workdirs below ROOT/<group>/.
+
+  Args:
+    path: experiments/NAME.py.
+    root: ROOT of the workdirs.
+    check: build every config first.
+    local: the local grid (`sweep(local=True)`) or the TPU one.
+    extra: overrides added to every run, after the entry's own.
 
   Raises:
-    ValueError: a malformed entry, a duplicate name, or (check=True) a
+    ValueError: a malformed entry, a workdir used twice, or (check=True) a
       config that does not build with its arg and overrides.
   """
   module = load_module(path)
   experiment = os.path.splitext(os.path.basename(path))[0]
+  root = root.rstrip('/')
+  places = {'root': f'{root}/{experiment}', 'sweeps': root}
   runs, seen = [], set()
-  for i, entry in enumerate(module.sweep()):
-    unknown = set(entry) - {'config', 'arg', 'overrides', 'name'}
+  for i, entry in enumerate(_entries(module, local)):
+    unknown = set(entry) - {'config', 'arg', 'overrides', 'name', 'group'}
     if unknown or 'config' not in entry or 'name' not in entry:
       raise ValueError(
-        f'{path}: sweep()[{i}] needs config and name (optional arg, overrides); '
-        f'unknown keys {sorted(unknown)}'
+        f'{path}: sweep()[{i}] needs config and name (optional arg, overrides, '
+        f'group); unknown keys {sorted(unknown)}'
       )
-    if entry['name'] in seen:
+    workdir = f'{root}/{entry.get("group") or experiment}/{entry["name"]}'
+    if workdir in seen:
       raise ValueError(f'{path}: sweep() repeats the name {entry["name"]!r}')
-    seen.add(entry['name'])
+    seen.add(workdir)
     arg = entry.get('arg', '')
     config = f'{entry["config"]}:{arg}' if arg else entry['config']
-    overrides: Mapping[str, Any] = entry.get('overrides', {})
-    flags = tuple(_flag(k, v) for k, v in overrides.items())
+    overrides = {**entry.get('overrides', {}), **(extra or {})}
+    flags = tuple(_flag(k, _fill(v, places)) for k, v in overrides.items())
     if check:
       try:
         build_config(config, flags)
       except Exception as e:  # absl wraps the config's own errors.
         raise ValueError(f'{path}: sweep()[{i}] {entry["name"]!r}: {e}') from e
-    workdir = f'{root.rstrip("/")}/{experiment}/{entry["name"]}'
     runs.append(Run(entry['name'], workdir, config, flags))
   return runs
+
+
+def _parse_set(items: Sequence[str]) -> dict[str, str]:
+  out = {}
+  for item in items:
+    key, eq, value = item.partition('=')
+    if not eq or not key:
+      raise ValueError(f'--set {item!r}: expected KEY=VALUE')
+    out[key.removeprefix('config.')] = value
+  return out
 
 
 def _finished(workdir: str) -> bool:
@@ -188,6 +253,19 @@ def main(argv: Sequence[str] | None = None) -> None:
   parser.add_argument('--run', action='store_true', help='run instead of printing')
   parser.add_argument('--tpu', default=None, help='TPU name for launch_tpu.sh')
   parser.add_argument(
+    '--grid',
+    choices=('local', 'tpu'),
+    default=None,
+    help='which grid of sweep(local=...) (default: tpu with --tpu, else local)',
+  )
+  parser.add_argument(
+    '--set',
+    action='append',
+    default=[],
+    metavar='KEY=VALUE',
+    help='an override for every run, e.g. model.hf_path=/path (repeatable)',
+  )
+  parser.add_argument(
     '--workdir-root',
     default=os.environ.get('ADA_SWEEP_ROOT', ''),
     help=f'ROOT of the workdirs [ADA_SWEEP_ROOT] (default {DEFAULT_ROOT}; '
@@ -197,8 +275,14 @@ def main(argv: Sequence[str] | None = None) -> None:
   root = args.workdir_root or DEFAULT_ROOT
   if args.tpu and not root.startswith('gs://'):
     parser.error('--tpu needs --workdir-root gs://BUCKET/DIR (or ADA_SWEEP_ROOT)')
+  grid = args.grid or ('tpu' if args.tpu else 'local')
   try:
-    runs = expand(args.experiment, root=root)
+    runs = expand(
+      args.experiment,
+      root=root,
+      local=grid == 'local',
+      extra=_parse_set(args.set),
+    )
   except (ValueError, FileNotFoundError) as e:
     sys.exit(f'error: {e}')
   if not args.run:

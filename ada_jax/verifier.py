@@ -198,6 +198,16 @@ def _reference(reference: str) -> tuple[an.Normalized, str, Any]:
     return ref, 'fail', None
 
 
+def reference_parses(reference: str) -> bool:
+  """Whether a reference reads as a value, a text answer or a choice letter.
+
+  The paper dropped prompts whose answer Math-Verify cannot parse; ours
+  would compare such a reference only by its normalized string.
+  """
+  ref, kind, _ = _reference(reference)
+  return bool(ref.text) and (kind != 'fail' or bool(_MC_REF.match(ref.text)))
+
+
 def _compare(pred: str, reference: str) -> bool:
   ref, ref_kind, ref_value = _reference(reference)
   if not ref.text:

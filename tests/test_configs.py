@@ -1,14 +1,13 @@
-"""Tests for configs/ and ada_jax.sweep: arg combinations, commands, sweeps.
+"""Tests for configs/: arg combinations, docstring commands, TPU presets.
 
 Every arg combination builds, errors name the key, docstring commands
-parse, TPU presets divide, and sweeps expand to configs that build.
+parse and TPU presets divide (sweeps: tests/test_experiments.py).
 
 Fast: ConfigDicts only, nothing compiles.
 """
 
 import importlib.util
 import itertools
-import json
 import pathlib
 import re
 import shlex
@@ -18,7 +17,7 @@ import pytest
 from absl import flags
 from ml_collections import config_flags
 
-from ada_jax import evaluate, main, sweep
+from ada_jax import evaluate, main
 from configs import common
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
@@ -118,7 +117,12 @@ def test_reference_values():
 def test_tiny_arith_values_unchanged_by_arg_parsing():
   tiny = MODULES['tiny_arith']
   c = tiny.get_config()
-  assert (c.rl.steps, c.rl.prompts_per_step, c.rl.slots, c.rl.lr) == (100, 32, 256, 2e-4)
+  assert (c.rl.steps, c.rl.prompts_per_step, c.rl.slots, c.rl.lr) == (
+    100,
+    32,
+    256,
+    2e-4,
+  )
   assert tiny.get_config('tpu=v4-32,variant=balance').to_dict() == c.to_dict()
   assert tiny.get_config('seed=3').seed == 3
   assert tiny.get_config('variant=grpo').rl.slots == 128
@@ -222,117 +226,3 @@ def test_launch_run_accepts_docstring_command(tmp_path):
   assert proc.returncode == 0, proc.stderr
   assert 'configs/qwen25_math_7b.py:tpu=v5p-64' in proc.stdout
   assert '--config.model.hf_path=/home/USER/models/Qwen2.5-Math-7B' in proc.stdout
-
-
-_EXPERIMENT = '''"""A test sweep."""
-
-
-def sweep():
-  return [
-    dict(
-      config='configs/tiny_arith.py',
-      arg=f'variant={v}',
-      overrides={'seed': s, 'rl.steps': 2},
-      name=f'{v}_s{s}',
-    )
-    for v in ('grpo', 'balance')
-    for s in (0, 1, 2)
-  ] + [dict(config='configs/qwen3_4b_instruct.py', arg='runlocal', name='q3')]
-'''
-
-
-@pytest.fixture
-def experiment(tmp_path, monkeypatch):
-  monkeypatch.chdir(ROOT)
-  path = tmp_path / 'exit_rule_test.py'
-  path.write_text(_EXPERIMENT)
-  return str(path)
-
-
-def test_sweep_expands_to_configs_that_build(experiment, capsys):
-  runs = sweep.expand(experiment, root='/tmp/r')
-  assert [r.name for r in runs][:3] == ['grpo_s0', 'grpo_s1', 'grpo_s2']
-  assert runs[1].workdir == '/tmp/r/exit_rule_test/grpo_s1'
-  for run in runs:
-    c = sweep.build_config(run.config, run.overrides)
-    main.validate(c)
-  assert sweep.build_config(runs[4].config, runs[4].overrides).seed == 1
-  sweep.main([experiment, '--workdir-root', '/tmp/r'])
-  lines = capsys.readouterr().out.splitlines()
-  assert lines[0] == (
-    'python -m ada_jax.main --config=configs/tiny_arith.py:variant=grpo '
-    '--workdir=/tmp/r/exit_rule_test/grpo_s0 --config.seed=0 --config.rl.steps=2'
-  )
-  assert len(lines) == 7
-
-
-def test_sweep_run_local_and_tpu(experiment, tmp_path):
-  calls = []
-
-  class Done:
-    stdout = 'w0: code abc, ended: done'
-
-  def runner(argv, **kw):
-    calls.append(argv)
-    return Done()
-
-  runs = sweep.expand(experiment, root=str(tmp_path))
-  done = pathlib.Path(runs[0].workdir)
-  done.mkdir(parents=True)
-  (done / 'summary.json').write_text('{"after_rl": {}}')
-  sweep.run_all(runs, runner=runner)
-  assert len(calls) == 6 and calls[0][1:3] == ['-m', 'ada_jax.main']
-  calls.clear()
-  sweep.run_all(runs[:2], tpu='pod', runner=runner, poll_s=0)
-  assert calls[0][:5] == ['./launch_tpu.sh', '--name', 'pod', 'run', runs[0].config]
-  assert calls[1] == ['./launch_tpu.sh', '--name', 'pod', 'status']
-
-
-def test_sweep_rejects_bad_entries(tmp_path, monkeypatch):
-  monkeypatch.chdir(ROOT)
-  bad = tmp_path / 'bad.py'
-  bad.write_text(
-    'def sweep():\n'
-    "  return [dict(config='configs/tiny_arith.py', arg='variant=x', name='a')]\n"
-  )
-  with pytest.raises(ValueError, match='variant'):
-    sweep.expand(str(bad))
-  bad.write_text(
-    "def sweep():\n  return [dict(config='configs/tiny_arith.py', name='a')] * 2\n"
-  )
-  with pytest.raises(ValueError, match='repeats'):
-    sweep.expand(str(bad))
-  with pytest.raises(SystemExit):
-    sweep.main([str(bad), '--tpu', 'pod', '--workdir-root', '/local'])
-
-
-def test_exit_rule_experiment_sweeps_and_analyzes(monkeypatch, tmp_path):
-  monkeypatch.chdir(ROOT)
-  runs = sweep.expand('experiments/exit_rule.py', root=str(tmp_path))
-  assert len(runs) == 15 and runs[0].name == 'grpo_s0'
-  assert sweep.build_config(runs[1].config, runs[1].overrides).seed == 1
-  from ada_jax import metrics as metrics_lib
-
-  module = sweep.load_module('experiments/exit_rule.py')
-  workdirs = {}
-  for run in runs[:2] + runs[6:8]:  # grpo and balance, 2 seeds each.
-    with metrics_lib.MetricsWriter(run.workdir, tensorboard=False) as w:
-      for step in range(1, 7):
-        w.write(
-          step,
-          {
-            'reward_round1_mean': step / 10,
-            'samples_drawn': 128 if run.name.startswith('grpo') else 256,
-            'entropy': 1.0,
-            'zero_adv_frac': 0.5,
-          },
-        )
-    pathlib.Path(run.workdir, 'summary.json').write_text(
-      json.dumps({'after_rl': {'eval_accuracy': 0.25}})
-    )
-    workdirs[run.name] = run.workdir
-  table = module.analyze(workdirs, str(tmp_path / 'out'))
-  assert '| grpo | 2 | 0.400 ± 0.000 | 128.000 ± 0.000 |' in table
-  assert '| balance | 2 |' in table and '0.250 ± 0.000 |' in table
-  for plot in module.CURVES:
-    assert (tmp_path / 'out' / f'{plot}.png').stat().st_size > 1000

@@ -220,7 +220,12 @@ def find_files(root: str) -> list[str]:
   found = []
   for dirpath, dirnames, filenames in os.walk(root):
     dirnames[:] = sorted(d for d in dirnames if not d.startswith('.'))
-    found += [os.path.join(dirpath, n) for n in filenames if n.endswith(_EXTENSIONS)]
+    # select_prompts writes its pass-rate report next to the prompts it keeps.
+    found += [
+      os.path.join(dirpath, n)
+      for n in filenames
+      if n.endswith(_EXTENSIONS) and not n.endswith('.histogram.json')
+    ]
   return sorted(found)
 
 

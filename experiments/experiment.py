@@ -1,0 +1,157 @@
+r"""An experiment's runs on the local and TPU grids, and its analysis entry points.
+
+An experiment module declares its variants (name -> config arg and
+overrides), the curves and table columns that decide its question, as one
+`Experiment`, and exports its bound `sweep` and `analyze`, which
+`python -m ada_jax.sweep` and the module's own command line call.
+
+Local grid: `configs/tiny_arith.py`, 100 RL steps, seeds 0-2. SFT depends
+only on the seed and the SFT settings, never on the RL variant, so each
+seed's SFT runs once, as an SFT-only run `sft_s<seed>` (`rl.steps=0`) in
+ROOT/warm_start/, and every RL run of that seed starts from its checkpoint
+(`model.init_from`). The warm starts form one sweep group shared by all the
+experiments: the first sweep to reach one runs it (about 4 minutes), the
+others find it finished. Runs are listed seed by seed, each seed's warm
+start first, so a sweep stopped early leaves whole seeds, all variants alike.
+
+TPU grid: the paper's Qwen2.5-Math-1.5B config (`configs/qwen25_math_1p5b.py`)
+on a v5p-64 with its hyperparameters unchanged, no SFT, one seed (each run
+takes hours); the model directory comes with the sweep command
+(`--set model.hf_path=...`).
+
+Runs are named `<variant>_s<seed>`. `python -m experiments.NAME [--root ROOT]
+[--out DIR] [--grid local|tpu]` analyzes the runs of the grid found below
+ROOT/NAME (ROOT: $ADA_SWEEP_ROOT or /tmp/ada_sweeps) into DIR (default
+ROOT/NAME/analysis).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from etils import epath
+
+from experiments import report
+
+TINY = 'configs/tiny_arith.py'
+PAPER = 'configs/qwen25_math_1p5b.py'
+POD = 'v5p-64'
+SEEDS = (0, 1, 2)
+TPU_SEEDS = (0,)
+WARM_START = 'warm_start'  # The sweep group (folder below ROOT) of warm starts.
+# B, prompts per step, of the two configs' balance variant: slots = B·M.
+TINY_PROMPTS = 32
+PAPER_PROMPTS = 512
+
+# Variant name -> (config arg without seed, config overrides).
+Variants = Mapping[str, tuple[str, Mapping[str, Any]]]
+
+
+def _arg(*parts: str) -> str:
+  return ','.join(p for p in parts if p)
+
+
+def warm_start(seed: int) -> dict[str, Any]:
+  """The SFT-only run of `seed` on the tiny config."""
+  return dict(
+    config=TINY,
+    arg=f'seed={seed}',
+    overrides={'rl.steps': 0},
+    name=f'sft_s{seed}',
+    group=WARM_START,
+  )
+
+
+def local_runs(
+  variants: Variants, seeds: Sequence[int] = SEEDS
+) -> list[dict[str, Any]]:
+  """Every variant on the tiny config for each seed, after its warm start."""
+  out = []
+  for seed in seeds:
+    out.append(warm_start(seed))
+    init = {'model.init_from': f'{{sweeps}}/{WARM_START}/sft_s{seed}'}
+    out += [
+      dict(
+        config=TINY,
+        arg=_arg(arg, f'seed={seed}'),
+        overrides={**init, **overrides},
+        name=f'{name}_s{seed}',
+      )
+      for name, (arg, overrides) in variants.items()
+    ]
+  return out
+
+
+def tpu_runs(
+  variants: Variants, seeds: Sequence[int] = TPU_SEEDS
+) -> list[dict[str, Any]]:
+  """Every variant on the paper config for the pod, hyperparameters unchanged."""
+  return [
+    dict(
+      config=PAPER,
+      arg=_arg(arg, f'tpu={POD}', f'seed={seed}'),
+      overrides=dict(overrides),
+      name=f'{name}_s{seed}',
+    )
+    for seed in seeds
+    for name, (arg, overrides) in variants.items()
+  ]
+
+
+@dataclasses.dataclass(frozen=True)
+class Experiment:
+  """One question: its variants, and what decides between them.
+
+  Attributes:
+    name: the module's name (experiments/NAME.py), its workdir folder.
+    variants: name -> (arg, overrides) on the tiny config; also the table and
+      legend order.
+    curves: plot name -> (x axis in `report.X_AXES`, metric).
+    columns: the table's columns after variant and seeds.
+    tpu_variants: the same on the paper config, if they differ.
+  """
+
+  name: str
+  variants: Variants
+  curves: Mapping[str, tuple[str, str]]
+  columns: Sequence[report.Column]
+  tpu_variants: Variants | None = None
+
+  def sweep(self, local: bool = True) -> list[dict[str, Any]]:
+    """The `ada_jax.sweep` entries: the local grid, or the TPU one."""
+    if local:
+      return local_runs(self.variants)
+    return tpu_runs(self.tpu_variants or self.variants)
+
+  def analyze(self, workdirs: Mapping[str, str], out_dir: str) -> str:
+    """PNG curves and OUT/NAME.md from `{run name: workdir}`; returns the table."""
+    return report.report(
+      workdirs,
+      out_dir,
+      name=self.name,
+      curves=self.curves,
+      columns=self.columns,
+      order=list(self.variants),
+    )
+
+  def main(self, argv: Sequence[str] | None = None) -> None:
+    """The `python -m experiments.NAME` command line (module docstring)."""
+    from ada_jax import sweep
+
+    parser = argparse.ArgumentParser(description=f'Analyze the {self.name} sweep.')
+    parser.add_argument(
+      '--root', default=os.environ.get('ADA_SWEEP_ROOT') or sweep.DEFAULT_ROOT
+    )
+    parser.add_argument('--out', default=None, help='default: ROOT/NAME/analysis')
+    parser.add_argument('--grid', choices=('local', 'tpu'), default='local')
+    args = parser.parse_args(argv)
+    folder = f'{args.root.rstrip("/")}/{self.name}'
+    # Warm starts live in their own group, with no RL rows to compare.
+    names = [e['name'] for e in self.sweep(args.grid == 'local') if 'group' not in e]
+    workdirs = {n: f'{folder}/{n}' for n in names}
+    found = {n: wd for n, wd in workdirs.items() if epath.Path(wd).exists()}
+    print(self.analyze(found, args.out or f'{folder}/analysis'))

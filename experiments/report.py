@@ -1,0 +1,241 @@
+r"""Reads an experiment's runs back: seed-mean curves as PNG, a markdown table.
+
+Every experiment names its runs `<variant>_s<seed>` and its `analyze` hands
+`{name: workdir}` here with the curves and table columns that decide its
+question. A run contributes its RL rows (`metrics.jsonl`, phase `rl`) and
+`summary.json` (greedy test accuracy before and after RL). A run without RL
+rows (not started) is left out; a run still going counts with the steps it
+has, and each variant's curves stop at its shortest run.
+
+Curves: each run's series is smoothed with a trailing moving average
+(`SMOOTH` steps; the paper plots 20-step averages of 400+ steps), then
+averaged over seeds, with a ±1 std band across seeds. The x axis is the step
+or a cumulative per-step metric (samples drawn, sampling seconds). Table
+cells are mean ± std over seeds (sample std; 0 for a single seed).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+import itertools
+import json
+import math
+import os
+import statistics
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from etils import epath
+
+SMOOTH = 10
+# x axis name -> the per-step metric it accumulates (None: the step itself).
+X_AXES = {'step': None, 'samples': 'samples_drawn', 'sample_s': 'time_sample_s'}
+X_LABELS = {
+  'step': 'RL step',
+  'samples': 'samples drawn (cumulative)',
+  'sample_s': 'sampling time, s (cumulative)',
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class Run:
+  """One seed of one variant: its RL metrics rows and its summary.json."""
+
+  rows: list[dict[str, Any]]
+  summary: dict[str, Any]
+
+
+@dataclasses.dataclass(frozen=True)
+class Column:
+  """A table column: header, value of one run (None: not available), format."""
+
+  header: str
+  value: Callable[[Run], float | None]
+  fmt: str = '.3f'
+
+
+def _values(run: Run, key: str) -> list[float]:
+  return [float(r[key]) for r in run.rows if isinstance(r.get(key), int | float)]
+
+
+def step_mean(key: str) -> Callable[[Run], float | None]:
+  """The metric's mean over the run's steps."""
+  return lambda run: statistics.mean(v) if (v := _values(run, key)) else None
+
+
+def last_mean(key: str, steps: int = 5) -> Callable[[Run], float | None]:
+  """The metric's mean over the run's last `steps` steps."""
+  return lambda run: statistics.mean(v[-steps:]) if (v := _values(run, key)) else None
+
+
+def _accuracy(run: Run, when: str) -> float | None:
+  acc = run.summary.get(when, {}).get('eval_accuracy')
+  return float(acc) if acc is not None else None
+
+
+def _gain(run: Run) -> float | None:
+  after, before = _accuracy(run, 'after_rl'), _accuracy(run, 'before_rl')
+  return after - before if after is not None and before is not None else None
+
+
+REWARD = Column('reward, last 5 steps', last_mean('reward_round1_mean'))
+SAMPLES = Column('samples/step', step_mean('samples_drawn'), '.0f')
+ZERO_ADV = Column('zero-adv frac', step_mean('zero_adv_frac'))
+ACCURACY = Column('greedy acc. after RL', lambda run: _accuracy(run, 'after_rl'))
+GAIN = Column('gain over before RL', _gain, '+.3f')
+STANDARD = (REWARD, SAMPLES, ZERO_ADV, ACCURACY, GAIN)
+ENTROPY = Column('entropy, last 5 steps', last_mean('entropy'))
+ROUNDS = Column('rounds/step', step_mean('rounds'), '.2f')
+SAMPLE_S = Column('sampling s/step', step_mean('time_sample_s'), '.2f')
+
+# The curves every experiment draws: reward per step and per sample drawn.
+REWARD_CURVES = {
+  'reward_vs_step': ('step', 'reward_round1_mean'),
+  'reward_vs_samples': ('samples', 'reward_round1_mean'),
+}
+
+
+def variant_of(name: str) -> str:
+  """`balance_s2` -> `balance`."""
+  return name.rsplit('_s', 1)[0]
+
+
+def load(workdirs: Mapping[str, str]) -> dict[str, list[Run]]:
+  """Runs by variant, in name order; runs without RL rows are left out."""
+  from ada_jax import metrics as metrics_lib
+
+  out: dict[str, list[Run]] = {}
+  for name, workdir in sorted(workdirs.items()):
+    wd = epath.Path(workdir)
+    if not (wd / metrics_lib.METRICS_FILE).exists():
+      continue
+    rows = metrics_lib.read_rows(wd, phase='rl')
+    if not rows:
+      continue
+    summary_path = wd / 'summary.json'
+    summary = json.loads(summary_path.read_text()) if summary_path.exists() else {}
+    out.setdefault(variant_of(name), []).append(Run(rows, summary))
+  return out
+
+
+def _smoothed(values: Sequence[float], window: int) -> list[float]:
+  """Trailing mean over the last `window` values (fewer at the start)."""
+  return [
+    statistics.fmean(values[max(0, i + 1 - window) : i + 1]) for i in range(len(values))
+  ]
+
+
+def curve(
+  runs: Sequence[Run], x: str, y: str, smooth: int = SMOOTH
+) -> tuple[list[float], list[float], list[float]]:
+  """(x, seed-mean of smoothed y, seed-std) over the shortest run's steps."""
+  steps = min(len(run.rows) for run in runs)
+  ys, xs = [], []
+  for run in runs:
+    rows = run.rows[:steps]
+    ys.append(_smoothed([float(r.get(y, math.nan)) for r in rows], smooth))
+    key = X_AXES[x]
+    if key is None:
+      xs.append([float(r['step']) for r in rows])
+    else:
+      xs.append(list(itertools.accumulate(float(r.get(key, 0.0)) for r in rows)))
+  by_step = list(zip(*ys, strict=True))
+  return (
+    [statistics.mean(v) for v in zip(*xs, strict=True)],
+    [statistics.mean(v) for v in by_step],
+    [statistics.stdev(v) if len(v) > 1 else 0.0 for v in by_step],
+  )
+
+
+def plot(
+  variants: Mapping[str, Sequence[Run]],
+  curves: Mapping[str, tuple[str, str]],
+  out_dir: str,
+  *,
+  title: str,
+) -> list[str]:
+  """Writes OUT/<curve>.png, one line per variant; returns the paths."""
+  # A bare Figure draws on the Agg canvas without touching pyplot's state.
+  from matplotlib.figure import Figure
+
+  out = epath.Path(out_dir)
+  out.mkdir(parents=True, exist_ok=True)
+  paths = []
+  for name, (x, y) in curves.items():
+    fig = Figure(figsize=(6.5, 3.8), dpi=100)
+    ax = fig.add_subplot()
+    for variant, runs in variants.items():
+      xs, mean, std = curve(runs, x, y)
+      (line,) = ax.plot(xs, mean, label=f'{variant} (n={len(runs)})')
+      lo = [m - s for m, s in zip(mean, std, strict=True)]
+      hi = [m + s for m, s in zip(mean, std, strict=True)]
+      ax.fill_between(xs, lo, hi, color=line.get_color(), alpha=0.15, linewidth=0)
+    ax.set_xlabel(X_LABELS[x])
+    ax.set_ylabel(y)
+    ax.set_title(f'{title}: {y}')
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize='small')
+    fig.tight_layout()
+    buf = io.BytesIO()
+    fig.savefig(buf, format='png')
+    path = out / f'{name}.png'
+    path.write_bytes(buf.getvalue())
+    paths.append(os.fspath(path))
+  return paths
+
+
+def _cell(values: Sequence[float], fmt: str) -> str:
+  if not values:
+    return 'n/a'
+  sd = statistics.stdev(values) if len(values) > 1 else 0.0
+  return f'{statistics.mean(values):{fmt}} ± {sd:{fmt.lstrip("+")}}'
+
+
+def table(variants: Mapping[str, Sequence[Run]], columns: Sequence[Column]) -> str:
+  """Markdown: one row per variant, mean ± std over its seeds per column."""
+  lines = [
+    '| variant | seeds | ' + ' | '.join(c.header for c in columns) + ' |',
+    '|---|---|' + '---|' * len(columns),
+  ]
+  for variant, runs in variants.items():
+    cells = []
+    for column in columns:
+      values = [v for run in runs if (v := column.value(run)) is not None]
+      cells.append(_cell(values, column.fmt))
+    lines.append(f'| {variant} | {len(runs)} | ' + ' | '.join(cells) + ' |')
+  return '\n'.join(lines) + '\n'
+
+
+def report(
+  workdirs: Mapping[str, str],
+  out_dir: str,
+  *,
+  name: str,
+  curves: Mapping[str, tuple[str, str]],
+  columns: Sequence[Column],
+  order: Sequence[str] = (),
+) -> str:
+  """Plots and table of one experiment: OUT/<curve>.png and OUT/NAME.md.
+
+  Args:
+    workdirs: run name (`<variant>_s<seed>`) -> workdir.
+    out_dir: created if missing.
+    name: the experiment, for titles and the markdown file.
+    curves: plot name -> (x axis in `X_AXES`, metric).
+    columns: the table's columns after variant and seeds.
+    order: variants in table and legend order; others follow, sorted.
+
+  Returns:
+    The markdown table.
+  """
+  found = load(workdirs)
+  ranked = [v for v in order if v in found]
+  variants = {v: found[v] for v in ranked + sorted(set(found) - set(ranked))}
+  out = epath.Path(out_dir)
+  out.mkdir(parents=True, exist_ok=True)
+  plots = plot(variants, curves, out_dir, title=name) if variants else []
+  text = table(variants, columns)
+  images = ''.join(f'![{os.path.basename(p)}]({os.path.basename(p)})\n' for p in plots)
+  (out / f'{name}.md').write_text(f'# {name}\n\n{text}\n{images}')
+  return text

@@ -1,0 +1,345 @@
+"""Tests for ada_jax.sweep and experiments/: expansion, grids, analysis.
+
+Sweeps expand to configs that build (local and TPU grids of every
+experiment), placeholders and groups resolve, the per-seed warm start is
+shared and describes the same SFT as the runs that read it, and `analyze()`
+turns metrics written by a short real run (an SFT-only warm start, then 2
+RL steps initialized from it, through the sweep's own configs) into PNGs
+and one table row per variant.
+"""
+
+import json
+import pathlib
+import re
+import shutil
+
+import pytest
+
+from ada_jax import main, sweep, train
+from ada_jax import metrics as metrics_lib
+from experiments import experiment as experiment_lib
+from experiments import report
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+EXPERIMENTS = ('exit_rule', 'schedule', 'budget', 'baseline')
+# Keys that shape the SFT phase: a warm start must agree with its users here.
+SFT_KEYS = ('seed', 'model', 'data', 'sft', 'sampling.max_new_tokens', 'mesh')
+
+
+def _path(name: str) -> str:
+  return str(ROOT / 'experiments' / f'{name}.py')
+
+
+def _get(c, dotted: str):
+  for part in dotted.split('.'):
+    c = c[part]
+  return c.to_dict() if hasattr(c, 'to_dict') else c
+
+
+# ada_jax.sweep on a synthetic experiment.
+
+_EXPERIMENT = '''"""A test sweep."""
+
+
+def sweep():
+  return [
+    dict(
+      config='configs/tiny_arith.py',
+      arg=f'variant={v}',
+      overrides={'seed': s, 'rl.steps': 2},
+      name=f'{v}_s{s}',
+    )
+    for v in ('grpo', 'balance')
+    for s in (0, 1, 2)
+  ] + [dict(config='configs/qwen3_4b_instruct.py', arg='runlocal', name='q3')]
+'''
+
+
+@pytest.fixture
+def experiment(tmp_path, monkeypatch):
+  monkeypatch.chdir(ROOT)
+  path = tmp_path / 'exit_rule_test.py'
+  path.write_text(_EXPERIMENT)
+  return str(path)
+
+
+def test_sweep_expands_to_configs_that_build(experiment, capsys):
+  runs = sweep.expand(experiment, root='/tmp/r')
+  assert [r.name for r in runs][:3] == ['grpo_s0', 'grpo_s1', 'grpo_s2']
+  assert runs[1].workdir == '/tmp/r/exit_rule_test/grpo_s1'
+  for run in runs:
+    c = sweep.build_config(run.config, run.overrides)
+    main.validate(c)
+  assert sweep.build_config(runs[4].config, runs[4].overrides).seed == 1
+  sweep.main([experiment, '--workdir-root', '/tmp/r'])
+  lines = capsys.readouterr().out.splitlines()
+  assert lines[0] == (
+    'python -m ada_jax.main --config=configs/tiny_arith.py:variant=grpo '
+    '--workdir=/tmp/r/exit_rule_test/grpo_s0 --config.seed=0 --config.rl.steps=2'
+  )
+  assert len(lines) == 7
+  # A sweep() without `local` has one grid: --grid tpu gives the same runs.
+  sweep.main([experiment, '--workdir-root', '/tmp/r', '--grid', 'tpu'])
+  assert capsys.readouterr().out.splitlines() == lines
+
+
+def test_sweep_run_local_and_tpu(experiment, tmp_path):
+  calls = []
+
+  class Done:
+    stdout = 'w0: code abc, ended: done'
+
+  def runner(argv, **kw):
+    calls.append(argv)
+    return Done()
+
+  runs = sweep.expand(experiment, root=str(tmp_path))
+  done = pathlib.Path(runs[0].workdir)
+  done.mkdir(parents=True)
+  (done / 'summary.json').write_text('{"after_rl": {}}')
+  sweep.run_all(runs, runner=runner)
+  assert len(calls) == 6 and calls[0][1:3] == ['-m', 'ada_jax.main']
+  calls.clear()
+  sweep.run_all(runs[:2], tpu='pod', runner=runner, poll_s=0)
+  assert calls[0][:5] == ['./launch_tpu.sh', '--name', 'pod', 'run', runs[0].config]
+  assert calls[1] == ['./launch_tpu.sh', '--name', 'pod', 'status']
+
+
+def test_sweep_rejects_bad_entries(tmp_path, monkeypatch):
+  monkeypatch.chdir(ROOT)
+  bad = tmp_path / 'bad.py'
+  bad.write_text(
+    'def sweep():\n'
+    "  return [dict(config='configs/tiny_arith.py', arg='variant=x', name='a')]\n"
+  )
+  with pytest.raises(ValueError, match='variant'):
+    sweep.expand(str(bad))
+  bad.write_text(
+    "def sweep():\n  return [dict(config='configs/tiny_arith.py', name='a')] * 2\n"
+  )
+  with pytest.raises(ValueError, match='repeats'):
+    sweep.expand(str(bad))
+  with pytest.raises(SystemExit):
+    sweep.main([str(bad), '--tpu', 'pod', '--workdir-root', '/local'])
+  with pytest.raises(SystemExit):
+    sweep.main([str(bad), '--set', 'no_equals_sign'])
+
+
+_PLACEHOLDERS = '''"""Placeholders, groups and grids."""
+
+
+def sweep(local=True):
+  c = 'configs/tiny_arith.py'
+  return [
+    dict(config=c, overrides={'rl.steps': 0}, name='base', group='shared'),
+    dict(config=c, overrides={'model.init_from': '{sweeps}/shared/base'}, name='a'),
+    dict(
+      config=c,
+      overrides={'model.init_from': '{root}/a', 'data.template': '{tiny}'},
+      name='b' if local else 'b_tpu',
+    ),
+  ]
+'''
+
+
+def test_sweep_placeholders_groups_and_grids(tmp_path, monkeypatch, capsys):
+  monkeypatch.chdir(ROOT)
+  path = tmp_path / 'ph.py'
+  path.write_text(_PLACEHOLDERS)
+  runs = sweep.expand(str(path), root='/r/', extra={'rl.steps': 7})
+  assert [r.workdir for r in runs] == ['/r/shared/base', '/r/ph/a', '/r/ph/b']
+  assert runs[1].overrides == (
+    '--config.model.init_from=/r/shared/base',
+    '--config.rl.steps=7',
+  )
+  # Only the two placeholders are replaced; other braces stay as written.
+  assert runs[2].overrides[:2] == (
+    '--config.model.init_from=/r/ph/a',
+    '--config.data.template={tiny}',
+  )
+  assert runs[0].overrides == ('--config.rl.steps=7',)  # --set wins.
+  assert sweep.expand(str(path), root='/r', local=False)[2].name == 'b_tpu'
+  sweep.main([str(path), '--workdir-root', '/r', '--set', 'config.seed=3'])
+  assert all(
+    '--config.seed=3' in line for line in capsys.readouterr().out.split('\n')[:3]
+  )
+  sweep.main([str(path), '--workdir-root', 'gs://b/x', '--tpu', 'pod'])
+  assert '/b_tpu' in capsys.readouterr().out  # --tpu implies the TPU grid.
+
+
+# The experiments' grids.
+
+
+@pytest.mark.parametrize('name', EXPERIMENTS)
+def test_experiment_grids_build(name, tmp_path, monkeypatch):
+  monkeypatch.chdir(ROOT)
+  module = sweep.load_module(_path(name))
+  assert module.EXPERIMENT.name == name
+  assert module.__doc__ and 'Hypothesis' in module.__doc__
+  assert f'python -m ada_jax.sweep experiments/{name}.py' in module.__doc__
+  local = sweep.expand(_path(name), root=str(tmp_path))
+  warm = [r for r in local if '/warm_start/' in r.workdir]
+  assert [r.name for r in warm] == ['sft_s0', 'sft_s1', 'sft_s2']
+  rl_runs = [r for r in local if r not in warm]
+  variants = list(module.EXPERIMENT.variants)
+  assert len(rl_runs) == 3 * len(variants)
+  assert {report.variant_of(r.name) for r in rl_runs} == set(variants)
+  for w in warm:  # Each seed's warm start comes before the runs that read it.
+    (pathlib.Path(w.workdir) / 'checkpoints').mkdir(parents=True)
+    assert sweep.build_config(w.config, w.overrides).rl.steps == 0
+  for run in rl_runs:
+    c = sweep.build_config(run.config, run.overrides)
+    main.validate(c)
+    source = next(w for w in warm if w.workdir == c.model.init_from)
+    assert local.index(source) < local.index(run)
+    base = sweep.build_config(source.config, source.overrides)
+    c.model.init_from = ''
+    for key in SFT_KEYS:  # The warm start did the SFT this run would have.
+      assert _get(c, key) == _get(base, key), (run.name, key)
+  tpu = sweep.expand(_path(name), root='gs://b/ada', local=False)
+  assert len(tpu) == len(variants) and all('tpu=v5p-64' in r.config for r in tpu)
+  for run in tpu:
+    c = sweep.build_config(run.config, run.overrides)
+    assert c.model.init_from == '' and c.rl.steps == 400
+
+
+def test_warm_starts_are_shared_by_all_experiments(tmp_path, monkeypatch):
+  monkeypatch.chdir(ROOT)
+  seen = {}
+  for name in EXPERIMENTS:
+    for run in sweep.expand(_path(name), root=str(tmp_path), check=False):
+      if '/warm_start/' in run.workdir:
+        assert seen.setdefault(run.workdir, run) == run
+  assert len(seen) == len(experiment_lib.SEEDS)
+
+
+def test_budget_slots_follow_m():
+  module = sweep.load_module(_path('budget'))
+  for local, prompts in ((True, 32), (False, 512)):
+    budgets = [e['overrides'] for e in module.sweep(local=local) if 'group' not in e]
+    assert {(o['rl.samples_per_round'], o['rl.max_rounds']) for o in budgets} == set(
+      module.BUDGETS
+    )
+    assert all(o['rl.slots'] == prompts * o['rl.samples_per_round'] for o in budgets)
+
+
+# Analysis.
+
+
+def _write_run(workdir, rewards, samples, acc=(0.1, 0.3)):
+  with metrics_lib.MetricsWriter(str(workdir), tensorboard=False) as w:
+    for step, (r, s) in enumerate(zip(rewards, samples, strict=True), start=1):
+      w.write(
+        step,
+        {'reward_round1_mean': r, 'samples_drawn': s, 'zero_adv_frac': 0.5},
+      )
+  summary = {
+    'before_rl': {'eval_accuracy': acc[0]},
+    'after_rl': {'eval_accuracy': acc[1]},
+  }
+  (pathlib.Path(workdir) / 'summary.json').write_text(json.dumps(summary))
+
+
+def test_report_numbers_by_hand(tmp_path):
+  steps = [i / 10 for i in range(1, 7)]
+  _write_run(tmp_path / 'a_s0', steps, [100] * 6)
+  _write_run(tmp_path / 'a_s1', [v + 0.2 for v in steps], [300] * 6, (0.2, 0.3))
+  _write_run(tmp_path / 'b_s0', steps[:4], [50] * 4)
+  (tmp_path / 'c_s0').mkdir()  # Not started: left out.
+  workdirs = {p.name: str(p) for p in tmp_path.iterdir()}
+  variants = report.load(workdirs)
+  assert sorted(variants) == ['a', 'b'] and len(variants['a']) == 2
+  xs, mean, std = report.curve(variants['a'], 'samples', 'reward_round1_mean', 2)
+  assert xs == [200, 400, 600, 800, 1000, 1200]  # Seed mean of cumulative.
+  assert mean[:2] == pytest.approx([0.2, 0.25]) and std[0] == pytest.approx(
+    0.1414, 1e-3
+  )
+  text = report.report(
+    workdirs,
+    str(tmp_path / 'out'),
+    name='t',
+    curves=report.REWARD_CURVES,
+    columns=report.STANDARD,
+    order=['b', 'a'],
+  )
+  rows = text.splitlines()
+  # Last 5 of 0.1..0.6 average 0.4 (0.6 with +0.2); samples 100 and 300.
+  assert rows[2].startswith('| b | 1 | 0.250 ± 0.000 | 50 ± 0 |')
+  assert rows[3] == (
+    '| a | 2 | 0.500 ± 0.141 | 200 ± 141 | 0.500 ± 0.000 | 0.300 ± 0.000 '
+    '| +0.150 ± 0.071 |'
+  )
+  for plot in report.REWARD_CURVES:
+    assert (tmp_path / 'out' / f'{plot}.png').stat().st_size > 1000
+  assert (tmp_path / 'out' / 't.md').read_text().startswith('# t\n\n| variant |')
+
+
+@pytest.fixture(scope='module')
+def real_run(tmp_path_factory):
+  """exit_rule's seed-0 warm start and balance run, shrunk to seconds.
+
+  The configs come from the sweep's own expansion, plus overrides that
+  shrink them (8 prompts, 64 slots, 2 SFT and 2 RL steps, the shapes of
+  tests/test_train.py, so the compile cache is shared).
+  """
+  root = tmp_path_factory.mktemp('sweeps')
+  data_dir = tmp_path_factory.mktemp('tfds')
+  shrink = {
+    'data.data_dir': str(data_dir),
+    'mesh.data': 2,
+    'mesh.fsdp': 2,
+    'mesh.tensor': 2,
+    'rl.prompts_per_step': 8,
+    'rl.slots': 64,
+    'rl.mini_batch_rows': 32,
+    'rl.micro_batch_rows': 16,
+    'rl.eval_max_prompts': 8,
+    'rl.histogram_prompts': 8,
+    'rl.histogram_k': 2,
+    'sft.steps': 2,
+    'sft.batch_size': 8,
+    'verifier.workers': 1,
+    'log.tensorboard': False,
+  }
+  runs = sweep.expand(_path('exit_rule'), root=str(root), extra=shrink, check=False)
+  warm = next(r for r in runs if r.name == 'sft_s0')
+  balance = next(r for r in runs if r.name == 'balance_s0')
+  summaries = {}
+  for run, steps in ((warm, ()), (balance, ('--config.rl.steps=2',))):
+    c = sweep.build_config(run.config, (*run.overrides, *steps))
+    main.validate(c)
+    summaries[run.name] = train.fit(main.build_trainer(c, run.workdir))
+  return {'warm': warm.workdir, 'run': balance.workdir, 'summaries': summaries}
+
+
+def test_warm_start_run_counts_as_finished(real_run):
+  assert sweep._finished(real_run['warm'])  # --run skips it in later sweeps.
+  assert metrics_lib.read_rows(real_run['warm'], phase='rl') == []
+  rows = metrics_lib.read_rows(real_run['run'])
+  assert [r['phase'] for r in rows] == ['rl', 'rl']  # SFT came from the warm start.
+  assert 'after_rl' in real_run['summaries']['balance_s0']
+
+
+@pytest.mark.parametrize('name', EXPERIMENTS)
+def test_analyze_real_run_metrics(name, real_run, tmp_path):
+  module = sweep.load_module(_path(name))
+  folder = tmp_path / name
+  for variant in module.EXPERIMENT.variants:
+    for seed in (0, 1):
+      shutil.copytree(
+        real_run['run'],
+        folder / f'{variant}_s{seed}',
+        ignore=shutil.ignore_patterns('checkpoints', 'tfds'),
+      )
+  module.EXPERIMENT.main(['--root', str(tmp_path), '--out', str(tmp_path / 'out')])
+  table = (tmp_path / 'out' / f'{name}.md').read_text()
+  rows = [line for line in table.splitlines() if line.startswith('| ')][1:]
+  assert [r.split(' | ')[0][2:] for r in rows] == list(module.EXPERIMENT.variants)
+  for row in rows:
+    cells = row.strip('| ').split(' | ')[1:]
+    assert cells[0] == '2'
+    assert all(re.fullmatch(r'[+-]?\d+(\.\d+)? ± \d+(\.\d+)?', c) for c in cells[1:]), (
+      row
+    )
+  for plot in module.EXPERIMENT.curves:
+    assert (tmp_path / 'out' / f'{plot}.png').stat().st_size > 1000
