@@ -319,6 +319,10 @@ class Checkpointer:
     """Whether a handled signal arrived on this host (not yet a decision)."""
     return self._signal_flag
 
+  def signal_on_any_host(self) -> bool:
+    """Whether any host got a handled signal (a collective: call on all hosts)."""
+    return _any_host(self._signal_flag)
+
   def restore_signal_handlers(self) -> None:
     """Puts back the handlers that `install_signal_handlers` replaced."""
     for sig, handler in self._old_handlers.items():

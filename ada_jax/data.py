@@ -213,6 +213,58 @@ def level_histogram(examples: Sequence[Example]) -> dict[int, int]:
   return dict(sorted(collections.Counter(e.level for e in examples).items()))
 
 
+def parse_levels(spec: str, key: str = 'data.levels') -> frozenset[int] | None:
+  """Levels named by `'0,1,4-7'`; None for `''` (every level).
+
+  Raises:
+    ValueError: a malformed spec, naming `key`.
+  """
+  if not spec.strip():
+    return None
+  levels = set()
+  for part in spec.split(','):
+    lo, sep, hi = part.strip().partition('-')
+    try:
+      first, last = int(lo), int(hi if sep else lo)
+    except ValueError:
+      raise ValueError(
+        f'config {key}={spec!r}: expected levels like "0,1,4-7", got {part!r}'
+      ) from None
+    if first < 0 or last < first:
+      raise ValueError(f'config {key}={spec!r}: bad range {part!r}')
+    levels.update(range(first, last + 1))
+  return frozenset(levels)
+
+
+def select_levels(examples: Sequence[Example], spec: str) -> list[Example]:
+  """The examples whose level `parse_levels(spec)` names (all for `''`)."""
+  levels = parse_levels(spec)
+  return (
+    list(examples) if levels is None else [e for e in examples if e.level in levels]
+  )
+
+
+def balance_levels(examples: Sequence[Example]) -> list[Example]:
+  """Repeats each level's examples until every level has about as many.
+
+  The ada_arith ladder caps small levels by their pool (1d+1d has 100
+  problems, 2d+2d thousands), so drawn uniformly a level of 80 train problems
+  is 1% of the batches and a policy trained on them forgets it. Repeating
+  each level ceil(largest / size) times (whole copies, order kept) makes the
+  levels about equally likely while every problem keeps equal weight within
+  its level.
+  """
+  counts = level_histogram(examples)
+  if not counts:
+    return list(examples)
+  largest = max(counts.values())
+  out = []
+  for level in counts:
+    rows = [e for e in examples if e.level == level]
+    out.extend(rows * -(-largest // len(rows)))
+  return out
+
+
 class EncodedPrompts(NamedTuple):
   """Left-padded prompt batch.
 

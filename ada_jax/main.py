@@ -63,8 +63,9 @@ def validate(c) -> None:
   import jax
   from etils import epath
 
-  from ada_jax import adaptive
+  from ada_jax import adaptive, data
 
+  data.parse_levels(c.data.get('levels', ''))  # Names data.levels if malformed.
   init_from = c.model.get('init_from', '')
   if init_from and not (epath.Path(init_from) / 'checkpoints').is_dir():
     raise ValueError(
@@ -240,10 +241,11 @@ def build_trainer(c, workdir: str, *, verify_fn=None):
     if c.data.eval_split
     else []
   )
-  max_level = c.data.get('max_level', -1)
-  if max_level >= 0:  # A sub-ladder (e.g. the tiny run's easier levels only).
-    train_ex = [e for e in train_ex if e.level <= max_level]
-    eval_ex = [e for e in eval_ex if e.level <= max_level]
+  # A band of the ladder (e.g. the tiny run's learnable levels), train and test.
+  train_ex = data.select_levels(train_ex, c.data.get('levels', ''))
+  eval_ex = data.select_levels(eval_ex, c.data.get('levels', ''))
+  if c.data.get('balance_levels', False):
+    train_ex = data.balance_levels(train_ex)
   train_ex, dropped = data.drop_long_prompts(tok, train_ex, c.data.prompt_bucket)
   eval_ex, dropped_eval = data.drop_long_prompts(tok, eval_ex, c.data.prompt_bucket)
   if dropped or dropped_eval:

@@ -11,7 +11,7 @@ at most a bound of the time: 0.125 gives the "hard" sets (1-2 of 16),
 0.313 the "easy" ones (1-5 of 16). Here, in order:
 
 1. read split SPLIT of the config's training set (`data.name`, with
-   `data.manual_dir` for local files; `data.max_level` as in training);
+   `data.manual_dir` for local files; `data.levels` as in training);
 2. deduplicate by `datasets.prompt_key(problem)`, keeping the first;
 3. drop prompts whose reference the verifier cannot parse (such a prompt
    can never be rewarded except by copying the reference's text);
@@ -151,8 +151,7 @@ def run(
     tokenizer=tok,
     template=c.data.template,
   )
-  if c.data.get('max_level', -1) >= 0:
-    examples = [e for e in examples if e.level <= c.data.max_level]
+  examples = data.select_levels(examples, c.data.get('levels', ''))
   counts = {'input': len(examples)}
   kept, counts['duplicates'], counts['unparsable_reference'] = prefilter(
     [e.prompt_key for e in examples], [e.reference for e in examples]

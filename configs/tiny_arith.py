@@ -78,7 +78,9 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   c.data.manual_dir = ''
   c.data.template = 'tiny'
   c.data.prompt_bucket = 16
-  c.data.max_level = -1  # -1: every level of the ladder; k: levels 0..k only.
+  c.data.levels = ''  # Levels of the ladder to train and test on ('0,1,4-7'); '': all.
+  # Train on every level about equally often (small levels repeated).
+  c.data.balance_levels = False
 
   c.rl = ml_collections.ConfigDict()
   c.rl.steps = 100
