@@ -320,3 +320,34 @@ def test_restored_iterator_continues_exactly():
     data.PromptIterator(_examples(24), 5, seed=7).restore(state)
   with pytest.raises(ValueError, match='seed'):
     data.PromptIterator(examples, 5, seed=8).restore(state)
+
+
+def _levelled(counts: dict[int, int]) -> list[data.Example]:
+  return [
+    data.Example(f'{lv}_{i}', f'{lv}_{i}', '0', i, lv, 't')
+    for lv, n in counts.items()
+    for i in range(n)
+  ]
+
+
+def test_parse_and_select_levels():
+  assert data.parse_levels('') is None
+  assert data.parse_levels('0, 1,4-7') == {0, 1, 4, 5, 6, 7}
+  ex = _levelled({0: 2, 3: 1, 5: 4})
+  assert [e.level for e in data.select_levels(ex, '3-5')] == [3, 5, 5, 5, 5]
+  assert data.select_levels(ex, '') == ex
+  for bad in ('a', '3-1', '1,,2', '-2'):
+    with pytest.raises(ValueError, match=r'data\.levels'):
+      data.parse_levels(bad)
+
+
+def test_balance_levels_repeats_small_levels_whole():
+  ex = _levelled({0: 2, 1: 7, 2: 3})
+  out = data.balance_levels(ex)
+  assert data.level_histogram(out) == {0: 8, 1: 7, 2: 9}  # ceil(7/2)*2, 7, ceil(7/3)*3
+  # Every problem of a level equally often.
+  for lv in (0, 2):
+    names = [e.problem for e in out if e.level == lv]
+    assert len(set(names)) == len([e for e in ex if e.level == lv])
+    assert len({names.count(n) for n in names}) == 1
+  assert data.balance_levels([]) == []
