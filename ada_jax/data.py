@@ -244,6 +244,25 @@ def select_levels(examples: Sequence[Example], spec: str) -> list[Example]:
   )
 
 
+def split_share(
+  examples: Sequence[Example], share: float, seed: int
+) -> tuple[list[Example], list[Example]]:
+  """(rest, share) of the examples: a seeded split, per level, order kept.
+
+  The SFT warm start and RL draw from disjoint problems, as in practice: a
+  policy that imitated a problem dozens of times has memorized its answer,
+  and RL on it teaches nothing. Splitting each level keeps both halves
+  covering the whole ladder.
+  """
+  rng = np.random.RandomState(seed)
+  take = set()
+  for level in level_histogram(examples):
+    idx = [i for i, e in enumerate(examples) if e.level == level]
+    take.update(idx[j] for j in rng.permutation(len(idx))[: round(share * len(idx))])
+  rest = [e for i, e in enumerate(examples) if i not in take]
+  return rest, [e for i, e in enumerate(examples) if i in take]
+
+
 def balance_levels(examples: Sequence[Example]) -> list[Example]:
   """Repeats each level's examples until every level has about as many.
 

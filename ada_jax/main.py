@@ -44,10 +44,16 @@ def init_distributed() -> None:
   import jax
 
   if os.environ.get('ADA_COORDINATOR'):
+    missing = [
+      k for k in ('ADA_NUM_PROCESSES', 'ADA_PROCESS_ID') if not os.environ.get(k)
+    ]
+    if missing:
+      raise ValueError(f'ADA_COORDINATOR is set but {missing} are not')
     if (
       jax.config.jax_platforms in (None, '', 'cpu')
       or os.environ.get('JAX_PLATFORMS') == 'cpu'
     ):
+      # CPU cross-process collectives (the two-process tests).
       jax.config.update('jax_cpu_collectives_implementation', 'gloo')
     jax.distributed.initialize(
       os.environ['ADA_COORDINATOR'],
@@ -56,6 +62,15 @@ def init_distributed() -> None:
     )
   elif os.environ.get('ADA_DISTRIBUTED') == '1':
     jax.distributed.initialize()
+  else:
+    return
+  logging.info(
+    'jax.distributed: process %d of %d, %d local of %d devices',
+    jax.process_index(),
+    jax.process_count(),
+    jax.local_device_count(),
+    jax.device_count(),
+  )
 
 
 def validate(c) -> None:
@@ -66,6 +81,8 @@ def validate(c) -> None:
   from ada_jax import adaptive, data
 
   data.parse_levels(c.data.get('levels', ''))  # Names data.levels if malformed.
+  if not 0.0 <= c.data.get('sft_share', 0.0) < 1.0:
+    raise ValueError(f'config data.sft_share={c.data.sft_share} must be in [0, 1)')
   init_from = c.model.get('init_from', '')
   if init_from and not (epath.Path(init_from) / 'checkpoints').is_dir():
     raise ValueError(
@@ -161,11 +178,17 @@ def load_tokenizer(c, workdir: str):
 
   if c.model.hf_path:
     return tokenizer_lib.load_tokenizer(c.model.tokenizer_path or c.model.hf_path)
-  tok_dir = (
-    os.path.join(workdir, 'tokenizer')
-    if not workdir.startswith('gs://')
-    else '/tmp/ada_tiny_tok'
-  )
+  import tempfile
+
+  import jax
+
+  # Only process 0 writes into the workdir: hosts sharing a disk would
+  # otherwise read each other's half-written files. The others (and a gs://
+  # workdir) build the same files in a private temp dir.
+  if jax.process_index() == 0 and not workdir.startswith('gs://'):
+    tok_dir = os.path.join(workdir, 'tokenizer')
+  else:
+    tok_dir = tempfile.mkdtemp(prefix='ada_tiny_tok_')
   return tokenizer_lib.build_tiny_tokenizer(tok_dir)
 
 
@@ -220,7 +243,7 @@ def build_trainer(c, workdir: str, *, verify_fn=None):
   from etils import epath
 
   from ada_jax import checkpoint as checkpoint_lib
-  from ada_jax import data, hf, rounds, sharding, train, update
+  from ada_jax import data, hf, multihost, rounds, sharding, train, update
   from ada_jax import metrics as metrics_lib
 
   wd = epath.Path(workdir)
@@ -235,17 +258,23 @@ def build_trainer(c, workdir: str, *, verify_fn=None):
     tokenizer=tok,
     template=c.data.template,
   )
-  train_ex = data.load_examples(c.data.name, c.data.train_split, **load)
-  eval_ex = (
-    data.load_examples(c.data.name, c.data.eval_split, **load)
-    if c.data.eval_split
-    else []
-  )
+  # The first load builds the dataset into data_dir, which hosts may share.
+  with multihost.main_first('ada_jax_load_examples'):
+    train_ex = data.load_examples(c.data.name, c.data.train_split, **load)
+    eval_ex = (
+      data.load_examples(c.data.name, c.data.eval_split, **load)
+      if c.data.eval_split
+      else []
+    )
   # A band of the ladder (e.g. the tiny run's learnable levels), train and test.
   train_ex = data.select_levels(train_ex, c.data.get('levels', ''))
   eval_ex = data.select_levels(eval_ex, c.data.get('levels', ''))
+  sft_ex = None
+  if c.data.get('sft_share', 0.0):
+    train_ex, sft_ex = data.split_share(train_ex, c.data.sft_share, seed=c.seed)
   if c.data.get('balance_levels', False):
     train_ex = data.balance_levels(train_ex)
+    sft_ex = data.balance_levels(sft_ex) if sft_ex is not None else None
   train_ex, dropped = data.drop_long_prompts(tok, train_ex, c.data.prompt_bucket)
   eval_ex, dropped_eval = data.drop_long_prompts(tok, eval_ex, c.data.prompt_bucket)
   if dropped or dropped_eval:
@@ -326,6 +355,7 @@ def build_trainer(c, workdir: str, *, verify_fn=None):
     mesh=mesh,
     tok=tok,
     train_examples=train_ex,
+    sft_examples=sft_ex,
     eval_examples=eval_ex,
     prompt_bucket=c.data.prompt_bucket,
     rl=rl_settings,

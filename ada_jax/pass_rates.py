@@ -21,7 +21,7 @@ import numpy as np
 from tqdm import tqdm
 
 from ada_jax import model as model_lib
-from ada_jax import sampler, verifier
+from ada_jax import multihost, sampler, verifier
 from ada_jax import tokenizer as tokenizer_lib
 
 
@@ -67,7 +67,8 @@ def sample_and_score(
     progress: a tqdm description, or None for no bar.
 
   Returns:
-    (bool [Q, k], responses [Q][k]).
+    (bool [Q, k], responses [Q][k]); multi-host, the responses of the slots
+    other hosts held are empty strings.
   """
   verify_fn = verify_fn or verifier.verify_batch
   q, p = prompt_tokens.shape
@@ -99,17 +100,23 @@ def sample_and_score(
         top_k=top_k,
         eos_ids=eos,
       )
-      out, lens = np.asarray(r.tokens), np.asarray(r.lengths)
-      resp = [tok.decode(out[i, : lens[i]].tolist()) for i in range(len(rows))]
+      # Each host scores the slots it holds; the scores are all-gathered.
+      held, out = multihost.local_rows(r.tokens)
+      _, lens = multihost.local_rows(r.lengths)
+      mine = held < len(rows)
+      resp = [
+        tok.decode(t[:n].tolist()) for t, n in zip(out[mine], lens[mine], strict=True)
+      ]
       scores = verify_fn(
         resp,
-        [references[i] for i in rows],
+        [references[rows[i]] for i in held[mine]],
         timeout_s=verifier_timeout_s,
         workers=verifier_workers,
       )
-      correct[rows, j] = np.asarray(scores, bool)
-      for i, row in enumerate(rows):
-        texts[row][j] = resp[i]
+      merged = multihost.gather_rows(held[mine], np.asarray(scores, np.float32), slots)
+      correct[rows, j] = merged[: len(rows)] > 0
+      for i, text in zip(held[mine], resp, strict=True):
+        texts[rows[i]][j] = text
   return correct, texts
 
 

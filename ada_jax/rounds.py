@@ -10,9 +10,12 @@ together with their prompts into a fixed [R_max, P+N] batch, advantages
 broadcast to the response tokens.
 
 Multi-host: each process decodes and verifies only the slots it holds
-(its addressable shards), the rewards are all-gathered, and every process
-runs the controller on the same global data, so all take the same decisions
-and issue the same jitted calls.
+(its addressable shards), whatever prompt they continue (after round 1 the
+controller packs the active prompts into the first slots, so a host verifies
+other hosts' prompts: every host knows all B references); the rewards and
+lengths are all-gathered, and every process runs the controller on the same
+global data, so all take the same decisions (rounds, exits) and issue the
+same jitted calls. Verifier counters are summed over hosts.
 
 Dimension legend:
   B: prompts of the step   P: prompt bucket   S: slots   N: new tokens
@@ -30,9 +33,12 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
+from flax import nnx
+from jax.sharding import NamedSharding, PartitionSpec
 
-from ada_jax import adaptive, sampler, verifier
+from ada_jax import adaptive, multihost, sampler, verifier
 from ada_jax import model as model_lib
+from ada_jax import sharding as sharding_lib
 from ada_jax import tokenizer as tokenizer_lib
 
 Array = jax.Array
@@ -59,12 +65,12 @@ class StepSamples:
 
   groups: adaptive.Groups
   batch: dict[str, Array]  # the fixed-shape training batch, see assemble_batch
-  rewards: np.ndarray  # float [rounds, S], NaN on idle slots
-  lengths: np.ndarray  # int [rounds, S]
+  rewards: np.ndarray  # float [rounds, S], NaN on idle slots (all hosts)
+  lengths: np.ndarray  # int [rounds, S] (all hosts)
   texts: dict[tuple[int, int], str]  # (round, slot) -> decoded response (this host)
   time_sample_s: float
   time_verify_s: float
-  verifier_counters: dict[str, int]
+  verifier_counters: dict[str, int]  # summed over hosts
 
 
 @functools.partial(jax.jit, donate_argnums=(0,))
@@ -77,16 +83,39 @@ def _write_round(
   }
 
 
-def _empty_buffer(m: int, s: int, n: int, sharding) -> dict[str, Array]:
-  def zeros(dtype):
-    x = jnp.zeros((m, s, n), dtype)
-    return jax.device_put(x, sharding) if sharding is not None else x
+def _buffer_sharding(model: model_lib.Transformer, s: int):
+  """[M, S, N] with the slots where the sampler puts them (over the data axes).
 
+  Without it the zeros would sit on one device and the first write would
+  compile a second `_write_round` for the resharded buffer (and, multi-host,
+  mix a host-local array into a global program).
+  """
+  sh = jax.tree.leaves(nnx.state(model))[0].sharding
+  if not isinstance(sh, NamedSharding):
+    return None
+  mesh = sh.mesh
+  if s % sharding_lib.data_parallel_size(mesh):
+    return sharding_lib.replicated(mesh)
+  return NamedSharding(mesh, PartitionSpec(None, sharding_lib.BATCH_AXES, None))
+
+
+def _zeros(m: int, s: int, n: int) -> dict[str, Array]:
   return {
-    'tokens': zeros(jnp.int32),
-    'logprobs': zeros(jnp.float32),
-    'mask': zeros(jnp.int32),
+    'tokens': jnp.zeros((m, s, n), jnp.int32),
+    'logprobs': jnp.zeros((m, s, n), jnp.float32),
+    'mask': jnp.zeros((m, s, n), jnp.int32),
   }
+
+
+@functools.cache
+def _zeros_fn(m: int, s: int, n: int, sharding) -> Callable[[], dict[str, Array]]:
+  # Made in place by a jit: a device_put of host zeros to a multi-host
+  # sharding would first check, with a gather, that every host sent the same.
+  return jax.jit(functools.partial(_zeros, m, s, n), out_shardings=sharding)
+
+
+def _empty_buffer(m: int, s: int, n: int, sharding) -> dict[str, Array]:
+  return _zeros_fn(m, s, n, sharding)()
 
 
 @functools.partial(jax.jit, static_argnames=('slots',))
@@ -126,36 +155,6 @@ def assemble_batch(
   }
 
 
-def _local_rows(x: Array) -> tuple[np.ndarray, np.ndarray]:
-  """(row indices, host values) of the rows of x [S, ...] this process holds."""
-  if x.is_fully_addressable:
-    return np.arange(x.shape[0]), np.asarray(x)
-  seen: dict[int, np.ndarray] = {}
-  for shard in x.addressable_shards:
-    start = shard.index[0].start or 0
-    if start not in seen:
-      seen[start] = np.asarray(shard.data)
-  idx = np.concatenate([np.arange(k, k + v.shape[0]) for k, v in sorted(seen.items())])
-  return idx, np.concatenate([v for _, v in sorted(seen.items())])
-
-
-def _global_rewards(idx: np.ndarray, local: np.ndarray, s: int) -> np.ndarray:
-  """All-gathers per-slot rewards so every process sees all S of them."""
-  out = np.full((s,), np.nan, np.float32)
-  if jax.process_count() == 1:
-    out[idx] = local
-    return out
-  from jax.experimental import multihost_utils
-
-  full_local = np.full((s,), np.nan, np.float32)
-  full_local[idx] = local
-  gathered = np.asarray(multihost_utils.process_allgather(full_local))  # [procs, S]
-  for row in gathered:
-    ok = ~np.isnan(row)
-    out[ok] = row[ok]
-  return out
-
-
 def run_step(
   model: model_lib.Transformer,
   tok: tokenizer_lib.Tokenizer,
@@ -186,7 +185,8 @@ def run_step(
       rule options).
     prompt_keys: stable per-prompt keys (est history).
     history: est history from the previous step.
-    buffer_sharding: sharding of the [M, S, N] buffer (slots on the data axes).
+    buffer_sharding: sharding of the [M, S, N] buffer; default: slots on the
+      data axes of the model's mesh.
     verify_fn: replaces `verifier.verify_batch` (tests, fault injection).
   """
   s, n, m = settings.slots, settings.max_new_tokens, settings.max_rounds
@@ -194,7 +194,7 @@ def run_step(
   b = prompt_tokens.shape[0]
   t0 = time.perf_counter()
   cache = sampler.prefill(model, prompt_tokens, prompt_mask)
-  buffer = _empty_buffer(m, s, n, buffer_sharding)
+  buffer = _empty_buffer(m, s, n, buffer_sharding or _buffer_sharding(model, s))
   eos = sampler.eos_array(settings.eos_ids)
   state = {'round': 0, 'buffer': buffer, 't_verify': 0.0}
   rewards_all, lengths_all, texts = [], [], {}
@@ -214,8 +214,8 @@ def run_step(
       eos_ids=eos,
     )
     state['buffer'] = _write_round(state['buffer'], rollout, jnp.int32(r))
-    idx, toks = _local_rows(rollout.tokens)
-    _, lens = _local_rows(rollout.lengths)
+    idx, toks = multihost.local_rows(rollout.tokens)
+    _, lens = multihost.local_rows(rollout.lengths)
     tv = time.perf_counter()
     live = slot_prompt[idx] >= 0
     resp = [
@@ -233,11 +233,11 @@ def run_step(
     state['t_verify'] += time.perf_counter() - tv
     for slot, text in zip(idx[live], resp, strict=True):
       texts[(r, int(slot))] = text
-    rewards = _global_rewards(idx, local, s)
-    all_lens = np.zeros((s,), np.int32)
-    all_lens[idx] = lens
+    # One collective: every host's rewards and lengths of the slots it holds.
+    merged = multihost.gather_rows(idx, np.stack([local, lens], axis=1), s)
+    rewards = merged[:, 0]
     rewards_all.append(rewards)
-    lengths_all.append(all_lens)
+    lengths_all.append(np.nan_to_num(merged[:, 1]).astype(np.int32))
     state['round'] = r + 1
     return rewards
 
@@ -262,6 +262,9 @@ def run_step(
     slots=s,
   )
   counters_after = verifier.counters()
+  counters = multihost.sum_over_hosts(
+    {k: counters_after[k] - counters_before.get(k, 0) for k in counters_after}
+  )
   total = time.perf_counter() - t0
   return StepSamples(
     groups=groups,
@@ -271,7 +274,5 @@ def run_step(
     texts=texts,
     time_sample_s=total - state['t_verify'],
     time_verify_s=state['t_verify'],
-    verifier_counters={
-      k: counters_after[k] - counters_before.get(k, 0) for k in counters_after
-    },
+    verifier_counters=counters,
   )

@@ -85,6 +85,18 @@ def _rows_sharding(mesh, rows: int, ndim: int):
   )
 
 
+def _cache_sharding(mesh, rows: int, kv_heads: int):
+  """KV cache [rows, G, T, K]: rows over the data axes, KV heads over tensor.
+
+  Heads stay where the tensor-split K/V projections put them: a cache
+  replicated over tensor would be all-gathered at every generated token.
+  """
+  if mesh is None or rows % sharding_lib.data_parallel_size(mesh):
+    return None
+  heads = 'tensor' if kv_heads % mesh.shape['tensor'] == 0 else None
+  return NamedSharding(mesh, PartitionSpec(sharding_lib.BATCH_AXES, heads, None, None))
+
+
 def _constrain(x: Array, sh) -> Array:
   return x if sh is None else jax.lax.with_sharding_constraint(x, sh)
 
@@ -94,7 +106,7 @@ def _prefill_jit(graphdef, mesh, state, tokens, mask, kv_dtype):
   model = nnx.merge(graphdef, state)
   b, p = tokens.shape
   cache = model_lib.init_cache(model.config, b, p, kv_dtype)
-  sh = _rows_sharding(mesh, b, 4)
+  sh = _cache_sharding(mesh, b, model.config.num_kv_heads)
   cache = model_lib.KVCache(
     tuple(_constrain(x, sh) for x in cache.k),
     tuple(_constrain(x, sh) for x in cache.v),
@@ -191,7 +203,7 @@ def _round_jit(
   live = slot_prompt >= 0
   idx = jnp.maximum(slot_prompt, 0)
   p = pc.valid.shape[1]
-  sh4 = _rows_sharding(mesh, s, 4)
+  sh4 = _cache_sharding(mesh, s, model.config.num_kv_heads)
   sh2 = _rows_sharding(mesh, s, 2)
 
   def slot_cache(prefix):  # [B, G, P, K] -> [S, G, P + N, K]
@@ -338,6 +350,36 @@ def sample_round(
     _per_slot(temperature, s, jnp.float32, 'temperature'),
     _per_slot(top_p, s, jnp.float32, 'top_p'),
     _per_slot(top_k, s, jnp.int32, 'top_k'),
+    eos_array(eos_ids),
+  )
+
+
+def lower_round(
+  model: model_lib.Transformer,
+  prompt_cache: PromptCache,
+  *,
+  slots: int,
+  max_new_tokens: int,
+  eos_ids: Sequence[int] | Array = (),
+) -> jax.stages.Lowered:
+  """The decode program `sample_round` runs for these shapes, lowered.
+
+  The same jit and argument shardings as `sample_round`, so
+  `.compile().as_text()` is the HLO a run executes (layouts.py inspects it).
+  """
+  graphdef, state = nnx.split(model)
+  per_slot = np.ones((slots,), np.float32)
+  return _round_jit.lower(
+    graphdef,
+    _mesh_of(state),
+    state,
+    prompt_cache,
+    int(max_new_tokens),
+    np.zeros((slots,), np.int32),
+    jax.random.key(0),
+    per_slot,
+    per_slot,
+    np.zeros((slots,), np.int32),
     eos_array(eos_ids),
   )
 

@@ -27,7 +27,17 @@ import optax
 from flax import nnx
 from tqdm import tqdm
 
-from ada_jax import adaptive, compiles, data, pass_rates, rounds, sharding, update
+from ada_jax import (
+  adaptive,
+  compiles,
+  data,
+  layouts,
+  multihost,
+  pass_rates,
+  rounds,
+  sharding,
+  update,
+)
 from ada_jax import checkpoint as checkpoint_lib
 from ada_jax import metrics as metrics_lib
 from ada_jax import model as model_lib
@@ -73,6 +83,7 @@ class Trainer:
     mesh: jax.sharding.Mesh,
     tok: tokenizer_lib.Tokenizer,
     train_examples: Sequence[data.Example],
+    sft_examples: Sequence[data.Example] | None = None,
     eval_examples: Sequence[data.Example],
     prompt_bucket: int,
     rl: RLSettings,
@@ -96,10 +107,14 @@ class Trainer:
     self.writer, self.ckpt, self.seed = writer, checkpointer, seed
     self.verify_fn, self.batch_hook = verify_fn, batch_hook
     self.train_examples, self.eval_examples = list(train_examples), list(eval_examples)
+    # SFT's own problems (None: the RL prompts themselves).
+    self.sft_examples = list(sft_examples) if sft_examples is not None else None
     # Params and optimizer state keep these shardings for the whole run (the
     # updates pin their outputs to them), so nothing recompiles after step 1.
     self._state_shardings = jax.tree.map(lambda x: x.sharding, self.state)
     self._rl_update, self.opt_state = self._pinned_update(tx, update.rl_update_pinned)
+    # The global order: every host knows the whole step's prompts (a slot
+    # may continue any of them); each feeds only its rows (prompt_arrays).
     self.iterator = data.PromptIterator(
       self.train_examples,
       rl.prompts_per_step,
@@ -118,7 +133,7 @@ class Trainer:
       slots=rl.rounds.slots,
       target_groups=rl.controller.get('target_groups'),
     )
-    self._sample_shardings = None
+    self._resharder = layouts.Resharder(mesh, sharding.SAMPLE_RULES)
 
   def _pinned_update(self, tx, pinned) -> tuple[Callable[..., Any], Any]:
     """(update fn with pinned output shardings, fresh optimizer state)."""
@@ -139,12 +154,8 @@ class Trainer:
     return nnx.merge(self.graphdef, self.state)
 
   def sampling_model(self) -> model_lib.Transformer:
-    """The params resharded to the sampling layout (tensor only)."""
-    if self._sample_shardings is None:
-      self._sample_shardings = sharding.state_shardings(
-        self.state, self.mesh, sharding.SAMPLE_RULES
-      )
-    return nnx.merge(self.graphdef, jax.device_put(self.state, self._sample_shardings))
+    """The params resharded to the sampling layout (tensor only), checksummed."""
+    return nnx.merge(self.graphdef, self._resharder(self.state))
 
   # Checkpoints.
 
@@ -226,6 +237,20 @@ class Trainer:
       )
     return enc.tokens, enc.mask
 
+  def prompt_arrays(
+    self, examples: Sequence[data.Example]
+  ) -> tuple[jax.Array, jax.Array]:
+    """The step's prompts as global [B, P] token and mask arrays.
+
+    Each host encodes only the rows it holds under the batch sharding (its
+    slice of the step), so no host feeds another's prompts.
+    """
+    b = len(examples)
+    sh = multihost.rows_sharding(self.mesh, b)
+    lo, hi = multihost.host_rows(sh, b)
+    tokens, mask = self.encode(examples[lo:hi])
+    return multihost.global_rows(tokens, sh, b), multihost.global_rows(mask, sh, b)
+
   # SFT.
 
   def run_sft(self) -> None:
@@ -236,7 +261,9 @@ class Trainer:
     rs = np.random.RandomState(self.seed + 1)
     eos = self.tok.eos_ids[0]
     seqs, masks, targets = [], [], []
-    for e in self.train_examples:
+    for e in (
+      self.sft_examples if self.sft_examples is not None else self.train_examples
+    ):
       p = self.tok.encode(e.prompt)
       r = [*self.tok.encode('\\boxed{' + e.reference + '}'), eos]
       if len(p) > self.bucket or len(r) > n:
@@ -266,6 +293,13 @@ class Trainer:
         jnp.float32(lr),
       )
       if step % 25 == 0 or step == self.sft.steps:
+        # SFT has no checkpoints of its own (minutes long): a preempted SFT
+        # stops here and reruns from its start when the run resumes.
+        if self.ckpt is not None and self.ckpt.signal_on_any_host():
+          logging.warning(
+            'preempted during SFT at step %d; it restarts on resume', step
+          )
+          return
         loss = float(m['loss'])
         bar.set_postfix(loss=f'{loss:.3f}')
         self.writer.write(
@@ -312,7 +346,11 @@ class Trainer:
 
   def pass_rate_histogram(self) -> list[tuple[str, int]]:
     """Pass rates of k samples (temperature of the run) on train prompts."""
-    ex = self.train_examples[: self.rl.histogram_prompts]
+    # A seeded sample of distinct prompts: the train list may be ordered by
+    # level (and repeat levels, see data.balance_levels).
+    unique = list({e.prompt_key: e for e in self.train_examples}.values())
+    pick = np.random.RandomState(self.seed).permutation(len(unique))
+    ex = [unique[i] for i in sorted(pick[: self.rl.histogram_prompts])]
     correct, _ = self._score(
       ex,
       k=self.rl.histogram_k,
@@ -329,7 +367,7 @@ class Trainer:
     t0 = time.perf_counter()
     self.step += 1
     examples = next(self.iterator)
-    tokens, mask = self.encode(examples)
+    tokens, mask = self.prompt_arrays(examples)
     rng = jax.random.fold_in(self.rng, self.step)
     sample_model = self.sampling_model()
     out = rounds.run_step(
@@ -381,8 +419,13 @@ class Trainer:
       jnp.float32(lr),
     )
     um = jax.device_get(um)
-    gap = np.abs(np.asarray(old_logp) - np.asarray(batch['sampler_logp']))
-    w = np.asarray(batch['resp_mask']) > 0
+    # On device: the rows span hosts, no host can read them whole.
+    gap_max, gap_mean = (
+      float(v)
+      for v in jax.device_get(
+        _logp_gap(old_logp, batch['sampler_logp'], batch['resp_mask'])
+      )
+    )
     t2 = time.perf_counter()
     g = out.groups
     live = ~np.isnan(out.rewards)
@@ -401,8 +444,8 @@ class Trainer:
       lr=lr,
       response_len_mean=float(lengths.mean()) if lengths.size else 0.0,
       truncated_frac=float(np.mean(lengths >= n)) if lengths.size else 0.0,
-      logp_gap_max=float(gap[w].max()) if w.any() else 0.0,
-      logp_gap_mean=float(gap[w].mean()) if w.any() else 0.0,
+      logp_gap_max=gap_max,
+      logp_gap_mean=gap_mean,
       verifier_timeouts=out.verifier_counters.get('timeouts', 0),
       verifier_guard_trips=out.verifier_counters.get('guard_trips', 0),
       verifier_parse_failures=out.verifier_counters.get('parse_failures', 0),
@@ -426,7 +469,11 @@ class Trainer:
     g = out.groups
     s = self.rl.rounds.slots
     rows = []
-    for i in range(min(self.rl.samples_to_log, g.num_rows)):
+    # The first rows whose response this host decoded (all of them on one
+    # host; multi-host, only process 0 writes, from the slots it holds).
+    for i in range(g.num_rows):
+      if len(rows) == self.rl.samples_to_log:
+        break
       sid = int(g.sample_id[i])
       text = out.texts.get((sid // s, sid % s))
       if text is None:
@@ -444,6 +491,16 @@ class Trainer:
         }
       )
     self.writer.write_samples(self.step, rows)
+
+
+@jax.jit
+def _logp_gap(
+  old_logp: jax.Array, sampler_logp: jax.Array, weight: jax.Array
+) -> tuple[jax.Array, jax.Array]:
+  """Max and mean |trainer - sampler| log-prob over weighted response tokens."""
+  w = weight > 0
+  gap = jnp.where(w, jnp.abs(old_logp - sampler_logp), 0.0)
+  return jnp.max(gap), jnp.sum(gap) / jnp.maximum(jnp.sum(w), 1)
 
 
 def _extract(text: str) -> str | None:
@@ -472,7 +529,12 @@ def fit(trainer: Trainer) -> dict[str, Any]:
   is_main = jax.process_index() == 0
   try:
     trainer.run_sft()
-    if 'before_rl' not in summary:
+    if not trainer.sft_done:  # Preempted during SFT: nothing to save yet.
+      summary['preempted_at'] = 0
+      return summary
+    # Process 0's summary decides: every host must run the same evaluations
+    # (their sampling is collective), whatever its own disk holds.
+    if multihost.broadcast_from_main('before_rl' not in summary):
       summary['before_rl'] = {
         'eval_accuracy': trainer.evaluate(),
         'pass_rate_histogram': trainer.pass_rate_histogram(),

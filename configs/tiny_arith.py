@@ -81,6 +81,9 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   c.data.levels = ''  # Levels of the ladder to train and test on ('0,1,4-7'); '': all.
   # Train on every level about equally often (small levels repeated).
   c.data.balance_levels = False
+  # Share of the train split kept for the SFT warm start, disjoint from the RL
+  # prompts (0: both use the whole split).
+  c.data.sft_share = 0.0
 
   c.rl = ml_collections.ConfigDict()
   c.rl.steps = 100

@@ -351,3 +351,13 @@ def test_balance_levels_repeats_small_levels_whole():
     assert len(set(names)) == len([e for e in ex if e.level == lv])
     assert len({names.count(n) for n in names}) == 1
   assert data.balance_levels([]) == []
+
+
+def test_split_share_is_disjoint_per_level_and_seeded():
+  ex = _levelled({0: 10, 1: 40, 2: 6})
+  rest, share = data.split_share(ex, 0.5, seed=3)
+  assert data.level_histogram(share) == {0: 5, 1: 20, 2: 3}
+  assert sorted(e.problem for e in rest + share) == sorted(e.problem for e in ex)
+  assert not {e.problem for e in rest} & {e.problem for e in share}
+  assert data.split_share(ex, 0.5, seed=3) == (rest, share)
+  assert data.split_share(ex, 0.5, seed=4) != (rest, share)

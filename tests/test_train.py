@@ -20,7 +20,7 @@ import jax
 import numpy as np
 import pytest
 
-from ada_jax import adaptive, compiles, train, verifier
+from ada_jax import adaptive, compiles, data, train, verifier
 from ada_jax import main as main_lib
 from ada_jax import metrics as metrics_lib
 
@@ -293,6 +293,46 @@ def test_kill_and_resume_equals_uninterrupted(full_run, preempted_run):
   assert not same_params(full_run.params_before, full_run.params_after)
   for part in ('before_rl', 'after_rl'):
     assert json.dumps(full_run.summary[part]) == json.dumps(resumed.summary[part])
+
+
+def test_sigterm_during_sft_stops_it_and_resume_reruns_it(data_dir, tmp_path):
+  c = tiny_config(data_dir, steps=1)
+  c.sft.steps, c.sft.batch_size = 75, 8
+
+  def kill_on_first_sft_row(trainer):
+    write = trainer.writer.write
+
+    def write_and_kill(step, row, phase):
+      write(step, row, phase=phase)
+      if phase == 'sft' and step == 25:
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    trainer.writer.write = write_and_kill
+
+  first = run(c, tmp_path, trainer_hook=kill_on_first_sft_row)
+  # Stopped at the next check (step 50) without writing it, and saved nothing.
+  assert first.summary['preempted_at'] == 0 and not first.trainer.sft_done
+  sft_rows = metrics_lib.read_rows(tmp_path, phase='sft')
+  assert [r['step'] for r in sft_rows] == [25]
+  assert first.trainer.ckpt.steps() == [] and first.rows == []
+  resumed = run(c, tmp_path)
+  assert resumed.trainer.sft_done and resumed.summary['steps'] == 1
+  assert 'preempted_at' not in resumed.summary
+
+
+def test_sft_share_keeps_sft_and_rl_problems_apart(data_dir, tmp_path):
+  c = tiny_config(data_dir)
+  c.data.levels, c.data.sft_share, c.data.balance_levels = '0,1,4-7', 0.5, True
+  t = main_lib.build_trainer(c, str(tmp_path), verify_fn=hash_verify)
+  sft = {e.prompt_key for e in t.sft_examples}
+  rl = {e.prompt_key for e in t.train_examples}
+  assert sft and rl and not sft & rl
+  assert abs(len(sft) - len(rl)) <= 6  # Half of each level, rounded.
+  for ex in (t.sft_examples, t.train_examples, t.eval_examples):
+    assert {e.level for e in ex} == {0, 1, 4, 5, 6, 7}
+  # Balanced: 1d+1d (80 train problems) as often as 2d+1d (hundreds).
+  counts = data.level_histogram(t.train_examples)
+  assert max(counts.values()) < 1.2 * min(counts.values())
 
 
 # A shared warm start: model.init_from.

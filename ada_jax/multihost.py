@@ -1,0 +1,170 @@
+"""Multi-controller helpers: which rows a host holds, and gathers of host data.
+
+Multi-host runs are plain multi-controller JAX (`jax.distributed`, no
+Pathways): every process runs the same program and must issue the same jitted
+calls in the same order. Device arrays are global; host values (rewards,
+response lengths, verifier counters) differ per process, so any decision
+that changes the number of jitted calls (rounds, stopping) is taken from the
+gathered, global values, identical on every host.
+
+- `host_rows` / `global_rows`: the contiguous rows of a [B, ...] batch a
+  process holds under the batch sharding, and the global array built from
+  only those rows (each host encodes and feeds its slice of the prompts).
+- `local_rows` / `gather_rows`: the rows of a global [S, ...] array this
+  process can read, and the [S] values every process computed for its own
+  rows merged into one global vector (one collective).
+- `sum_over_hosts`, `any_host`, `broadcast_from_main`: small agreements.
+- `main_first`: process 0 runs a block (e.g. builds a dataset on a shared
+  disk) before the others run it.
+
+With one process every helper is a plain local operation (no collective, no
+compile), so single-process runs are unchanged.
+
+Dimension legend: B prompts (batch rows), S sampling slots.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator, Mapping
+
+import jax
+import numpy as np
+from jax.sharding import Mesh, NamedSharding
+
+from ada_jax import sharding as sharding_lib
+
+
+def rows_sharding(mesh: Mesh, rows: int, ndim: int = 2) -> NamedSharding:
+  """Rows split over ('data', 'fsdp') when they divide, else replicated."""
+  if rows % sharding_lib.data_parallel_size(mesh):
+    return sharding_lib.replicated(mesh)
+  return sharding_lib.batch_sharding(mesh, ndim)
+
+
+def host_rows(sharding: NamedSharding, rows: int) -> tuple[int, int]:
+  """[lo, hi): the rows of a [rows, ...] array this process holds.
+
+  Raises:
+    ValueError: the process holds a non-contiguous set of rows (a mesh whose
+      batch axes interleave hosts), which per-host loading cannot feed.
+  """
+  index_map = sharding.addressable_devices_indices_map((rows,))
+  spans = sorted(
+    {
+      (ix[0].start or 0, rows if ix[0].stop is None else ix[0].stop)
+      for ix in index_map.values()
+    }
+  )
+  lo, hi = spans[0][0], spans[0][1]
+  for start, stop in spans[1:]:
+    if start > hi:
+      raise ValueError(
+        f'process {jax.process_index()} holds non-contiguous batch rows {spans} '
+        f'of {rows}; build the mesh so that each host owns a contiguous block '
+        'of the data axes'
+      )
+    hi = max(hi, stop)
+  return lo, hi
+
+
+def global_rows(local: np.ndarray, sharding: NamedSharding, rows: int) -> jax.Array:
+  """The global [rows, ...] array from this process's rows (see `host_rows`)."""
+  return jax.make_array_from_process_local_data(
+    sharding, np.asarray(local), (rows, *np.shape(local)[1:])
+  )
+
+
+def local_rows(x: jax.Array) -> tuple[np.ndarray, np.ndarray]:
+  """(row indices, host values) of the rows of x [S, ...] this process holds.
+
+  Only addressable shards are read, so this works on arrays that span hosts
+  (reading one whole would fail); replicas of a shard are read once.
+  """
+  if x.is_fully_addressable:
+    return np.arange(x.shape[0]), np.asarray(x)
+  seen: dict[int, np.ndarray] = {}
+  for shard in x.addressable_shards:
+    start = shard.index[0].start or 0
+    if start not in seen:
+      seen[start] = np.asarray(shard.data)
+  idx = np.concatenate([np.arange(k, k + len(v)) for k, v in sorted(seen.items())])
+  return idx, np.concatenate([v for _, v in sorted(seen.items())])
+
+
+def gather_rows(idx: np.ndarray, local: np.ndarray, size: int) -> np.ndarray:
+  """Merges per-host values of rows `idx` into the global float32 [size, ...].
+
+  Every process passes the values it computed for the rows it holds; rows
+  held by several processes (replicas) must agree, and any row no process
+  sent is NaN. One collective with more than one process (float32 on the
+  wire, as JAX runs without x64: integers are exact below 2**24).
+
+  Args:
+    idx: int [n] row indices this process holds.
+    local: [n, ...] values for those rows.
+    size: S, the number of rows.
+  """
+  local = np.asarray(local, np.float32)
+  mine = np.full((size, *local.shape[1:]), np.nan, np.float32)
+  mine[idx] = local
+  if jax.process_count() == 1:
+    return mine
+  from jax.experimental import multihost_utils
+
+  have = np.zeros((size,), np.float32)
+  have[idx] = 1.0
+  gathered = multihost_utils.process_allgather({'have': have, 'values': mine})
+  out = np.full_like(mine, np.nan)
+  for have_p, values_p in zip(gathered['have'], gathered['values'], strict=True):
+    rows = have_p > 0
+    out[rows] = values_p[rows]
+  return out
+
+
+def sum_over_hosts(counts: Mapping[str, int]) -> dict[str, int]:
+  """Per-key sums of host counters (same keys on every host)."""
+  keys = sorted(counts)
+  if jax.process_count() == 1 or not keys:
+    return {k: int(counts[k]) for k in keys}
+  from jax.experimental import multihost_utils
+
+  local = np.asarray([counts[k] for k in keys], np.int32)
+  total = np.asarray(multihost_utils.process_allgather(local)).sum(axis=0)
+  return {k: int(v) for k, v in zip(keys, total, strict=True)}
+
+
+def any_host(flag: bool) -> bool:
+  """True on every host if `flag` is True on any host."""
+  if jax.process_count() == 1:
+    return bool(flag)
+  from jax.experimental import multihost_utils
+
+  return bool(np.any(multihost_utils.process_allgather(np.asarray([int(flag)]))))
+
+
+def broadcast_from_main(value: int) -> int:
+  """Process 0's integer, on every host (e.g. a decision read from its files)."""
+  if jax.process_count() == 1:
+    return int(value)
+  from jax.experimental import multihost_utils
+
+  return int(multihost_utils.broadcast_one_to_all(np.asarray(value, np.int32)))
+
+
+@contextlib.contextmanager
+def main_first(name: str) -> Iterator[None]:
+  """Process 0 runs the block first, the others after it finished.
+
+  For work whose first run writes shared files that later runs only read
+  (building a TFDS dataset into a shared data dir): run concurrently, hosts
+  would read each other's half-written files.
+  """
+  multi = jax.process_count() > 1
+  if multi:
+    from jax.experimental import multihost_utils
+  if multi and jax.process_index() != 0:
+    multihost_utils.sync_global_devices(f'{name}_main_done')
+  yield
+  if multi and jax.process_index() == 0:
+    multihost_utils.sync_global_devices(f'{name}_main_done')
