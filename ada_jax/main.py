@@ -389,14 +389,14 @@ def main(argv) -> None:
 
   absl_logging.set_verbosity(absl_logging.WARNING)
   init_distributed()
-  from ada_jax import train
+  from ada_jax import loop
 
   c, workdir = flags.FLAGS.config, flags.FLAGS.workdir
   if c is None or not workdir:
     sys.exit('usage: python -m ada_jax.main --config CONFIG[:arg] --workdir DIR')
   validate(c)
   trainer = build_trainer(c, workdir)
-  train.fit(trainer)
+  loop.fit(trainer)
 
 
 if __name__ == '__main__':

@@ -37,10 +37,12 @@ from ada_jax import (
   rounds,
   sharding,
   update,
+  verifier,
 )
 from ada_jax import checkpoint as checkpoint_lib
 from ada_jax import metrics as metrics_lib
 from ada_jax import model as model_lib
+from ada_jax import sft as sft_lib
 from ada_jax import tokenizer as tokenizer_lib
 
 
@@ -257,25 +259,13 @@ class Trainer:
     """Teacher-forced cross-entropy on prompt + `\\boxed{answer}` + EOS."""
     if self.sft_done:
       return
-    n = self.rl.rounds.max_new_tokens
     rs = np.random.RandomState(self.seed + 1)
-    eos = self.tok.eos_ids[0]
-    seqs, masks, targets = [], [], []
-    for e in (
-      self.sft_examples if self.sft_examples is not None else self.train_examples
-    ):
-      p = self.tok.encode(e.prompt)
-      r = [*self.tok.encode('\\boxed{' + e.reference + '}'), eos]
-      if len(p) > self.bucket or len(r) > n:
-        continue
-      row = np.full(self.bucket + n, self.tok.pad_id, np.int32)
-      m = np.zeros(self.bucket + n, np.int32)
-      row[self.bucket - len(p) : self.bucket + len(r)] = p + r
-      m[self.bucket - len(p) : self.bucket + len(r)] = 1
-      t = np.zeros_like(m)
-      t[self.bucket : self.bucket + len(r)] = 1
-      seqs.append(row), masks.append(m), targets.append(t)
-    seqs, masks, targets = np.stack(seqs), np.stack(masks), np.stack(targets)
+    seqs, masks, targets = sft_lib.teacher_forcing_rows(
+      self.tok,
+      self.sft_examples if self.sft_examples is not None else self.train_examples,
+      prompt_len=self.bucket,
+      max_new_tokens=self.rl.rounds.max_new_tokens,
+    )
     opt = update.make_optimizer()
     sft_update, opt_state = self._pinned_update(opt, update.sft_update_pinned)
     bar = tqdm(range(1, self.sft.steps + 1), desc='sft', leave=False)
@@ -486,7 +476,7 @@ class Trainer:
           'response': text,
           'reward': float(g.reward[i]),
           'advantage': float(g.advantage[i]),
-          'extracted': _extract(text),
+          'extracted': verifier.extract(text),
           'verifier': out.verifier_counters,
         }
       )
@@ -501,104 +491,3 @@ def _logp_gap(
   w = weight > 0
   gap = jnp.where(w, jnp.abs(old_logp - sampler_logp), 0.0)
   return jnp.max(gap), jnp.sum(gap) / jnp.maximum(jnp.sum(w), 1)
-
-
-def _extract(text: str) -> str | None:
-  from ada_jax import verifier
-
-  return verifier.extract(text)
-
-
-def fit(trainer: Trainer) -> dict[str, Any]:
-  """SFT (if configured), evaluation, RL steps, final evaluation and plots.
-
-  Returns the summary (also written to DIR/summary.json): greedy accuracy
-  and pass-rate histograms after SFT and after RL, steps run, and whether the
-  run stopped for preemption.
-  """
-  import json
-
-  from etils import epath
-
-  rl = trainer.rl
-  writer = trainer.writer
-  summary_path = epath.Path(writer.workdir) / 'summary.json'
-  summary = json.loads(summary_path.read_text()) if summary_path.exists() else {}
-  if trainer.ckpt is not None:
-    trainer.ckpt.install_signal_handlers()
-  is_main = jax.process_index() == 0
-  try:
-    trainer.run_sft()
-    if not trainer.sft_done:  # Preempted during SFT: nothing to save yet.
-      summary['preempted_at'] = 0
-      return summary
-    # Process 0's summary decides: every host must run the same evaluations
-    # (their sampling is collective), whatever its own disk holds.
-    if multihost.broadcast_from_main('before_rl' not in summary):
-      summary['before_rl'] = {
-        'eval_accuracy': trainer.evaluate(),
-        'pass_rate_histogram': trainer.pass_rate_histogram(),
-      }
-      if is_main:
-        summary_path.write_text(json.dumps(summary, indent=2))
-        print(
-          pass_rates.format_histogram(
-            'pass rates before RL (train prompts):',
-            summary['before_rl']['pass_rate_histogram'],
-          )
-        )
-        print(
-          f'greedy test accuracy before RL: {summary["before_rl"]["eval_accuracy"]:.3f}'
-        )
-    bar = tqdm(
-      range(trainer.step + 1, rl.steps + 1),
-      desc=f'rl/{rl.controller["rule"]}',
-      disable=not is_main,
-    )
-    for step in bar:
-      row = trainer.rl_step()
-      if rl.eval_every and step % rl.eval_every == 0 and step != rl.steps:
-        row['eval_accuracy'] = trainer.evaluate()
-      writer.write(step, row, phase='rl')
-      bar.set_postfix(
-        r1=f'{row["reward_round1_mean"]:.2f}',
-        rounds=row['rounds'],
-        zero_adv=f'{row["zero_adv_frac"]:.2f}',
-      )
-      trainer.save()
-      if trainer.ckpt is not None and trainer.ckpt.stop_requested:
-        logging.warning('stopping at step %d after the preemption checkpoint', step)
-        summary['preempted_at'] = step
-        return summary
-    summary.pop('preempted_at', None)
-    summary['after_rl'] = {
-      'eval_accuracy': trainer.evaluate(),
-      'pass_rate_histogram': trainer.pass_rate_histogram(),
-    }
-    summary['steps'] = trainer.step
-    trainer.save(force=True)
-    writer.flush()
-    if is_main:
-      summary_path.write_text(json.dumps(summary, indent=2))
-      metrics_lib.plot_run(writer.workdir)
-      rows = metrics_lib.read_rows(
-        epath.Path(writer.workdir) / 'metrics.jsonl', phase='rl'
-      )
-      print(metrics_lib.summary_table(rows))
-      print(
-        pass_rates.format_histogram(
-          'pass rates after RL (train prompts):',
-          summary['after_rl']['pass_rate_histogram'],
-        )
-      )
-      before, after = (
-        summary['before_rl']['eval_accuracy'],
-        summary['after_rl']['eval_accuracy'],
-      )
-      print(f'greedy test accuracy: before RL {before:.3f} -> after RL {after:.3f}')
-    return summary
-  finally:
-    writer.flush()
-    if trainer.ckpt is not None:
-      trainer.ckpt.wait()
-      trainer.ckpt.restore_signal_handlers()

@@ -1,11 +1,17 @@
 r"""Tiny end-to-end run on CPU: SFT warm start, then Reinforce-Ada on arithmetic.
 
 A ~0.4M-parameter Qwen2-shaped policy learns the synthetic `ada_arith` task
-(difficulty ladder from 1-digit sums to chained products). A short SFT warm
-start gives a policy with a mixed pass rate; Reinforce-Ada-balance then
-trains it with adaptive sampling. The whole run takes a few minutes on 2 CPU
-cores and ends with greedy test accuracy before/after RL, a pass-rate
-histogram, plots and a summary table.
+on the band of its ladder that such a model can learn in minutes: levels 0,
+1 and 4-7 (1d+1d, 2d+1d, 1d*1d, 2d*1d, 1d+1d*1d, (2d+1d)*1d; the carry-heavy
+2d±2d and the big products stay at pass rate 0 for it and would only dilute
+the batches). Levels are balanced: the 80-problem levels are repeated so
+that each level is drawn about equally often (drawn by problem, a policy
+sees 1d+1d in 1% of its batches and forgets it during RL). A short
+fixed-budget SFT warm start (1000 steps) gives a policy with a mixed pass
+rate; Reinforce-Ada-balance then trains it for 250 steps (lr 1e-3, cosine: a
+constant rate peaks and then loses part of its gain). The run takes about
+7 minutes on 2 CPU cores and ends with greedy test accuracy before/after RL,
+a pass-rate histogram, plots and a summary table.
 
 Commands:
   CPU:  python -m ada_jax.main --config configs/tiny_arith.py --workdir /tmp/tiny
@@ -78,15 +84,15 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   c.data.manual_dir = ''
   c.data.template = 'tiny'
   c.data.prompt_bucket = 16
-  c.data.levels = ''  # Levels of the ladder to train and test on ('0,1,4-7'); '': all.
+  c.data.levels = '0,1,4-7'  # Levels to train and test on ('' = all).
   # Train on every level about equally often (small levels repeated).
-  c.data.balance_levels = False
+  c.data.balance_levels = True
   # Share of the train split kept for the SFT warm start, disjoint from the RL
   # prompts (0: both use the whole split).
   c.data.sft_share = 0.0
 
   c.rl = ml_collections.ConfigDict()
-  c.rl.steps = 100
+  c.rl.steps = 250
   c.rl.prompts_per_step = 32
   c.rl.rule = variant
   c.rl.schedule = schedule
@@ -98,9 +104,9 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   c.rl.advantage = ''  # Empty: the rule's default (global; local for grpo/dapo).
   c.rl.normalize_std = ''  # Empty: the rule's default.
   c.rl.target_groups = 0  # dapo: 0 = half the candidates.
-  c.rl.lr = 2e-4
+  c.rl.lr = 1e-3
   c.rl.warmup = 2
-  c.rl.lr_schedule = 'constant'
+  c.rl.lr_schedule = 'cosine'
   c.rl.weight_decay = 0.0
   c.rl.grad_clip = 1.0
   c.rl.mini_batch_rows = 64
@@ -111,7 +117,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   c.rl.clip_ratio_c = 10.0
   c.rl.loss_agg_mode = 'token-mean'
   c.rl.entropy_coef = 0.0
-  c.rl.eval_every = 25
+  c.rl.eval_every = 50
   c.rl.eval_max_prompts = 0
   c.rl.histogram_prompts = 256
   c.rl.histogram_k = 8
@@ -131,7 +137,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   if variant == 'grpo':
     c.rl.slots = c.rl.prompts_per_step * c.rl.group_size
 
-  c.sft = ml_collections.ConfigDict(dict(steps=2000, batch_size=64, lr=3e-3, warmup=30))
+  c.sft = ml_collections.ConfigDict(dict(steps=1000, batch_size=64, lr=3e-3, warmup=30))
 
   c.verifier = ml_collections.ConfigDict(dict(timeout_s=2.0, workers=2))
   c.checkpoint = ml_collections.ConfigDict(dict(every=20, keep=2))

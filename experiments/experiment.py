@@ -43,6 +43,9 @@ POD = 'v5p-64'
 SEEDS = (0, 1, 2)
 TPU_SEEDS = (0,)
 WARM_START = 'warm_start'  # The sweep group (folder below ROOT) of warm starts.
+# RL steps of a local run: fewer than the tiny config's own run, so that the
+# whole local set (4 experiments x 3 seeds) fits in about 2 hours on 2 cores.
+LOCAL_RL_STEPS = 100
 # B, prompts per step, of the two configs' balance variant: slots = B·M.
 TINY_PROMPTS = 32
 PAPER_PROMPTS = 512
@@ -73,7 +76,10 @@ def local_runs(
   out = []
   for seed in seeds:
     out.append(warm_start(seed))
-    init = {'model.init_from': f'{{sweeps}}/{WARM_START}/sft_s{seed}'}
+    init = {
+      'model.init_from': f'{{sweeps}}/{WARM_START}/sft_s{seed}',
+      'rl.steps': LOCAL_RL_STEPS,
+    }
     out += [
       dict(
         config=TINY,

@@ -3,7 +3,7 @@
 The test starts two of these with 4 fake CPU devices each and ADA_COORDINATOR
 / ADA_NUM_PROCESSES / ADA_PROCESS_ID set, so `main.init_distributed` joins
 them (gloo collectives) into one 8-device mesh. Each runs the tiny config's
-RL steps through `main.build_trainer` and `train.fit`, records what every
+RL steps through `main.build_trainer` and `loop.fit`, records what every
 step sampled (rewards of all slots, tokens of the training rows, number of
 rounds) and the final params, all gathered to every host, and writes them to
 `--out` as .npz (one file per process). `record_run` is also what the test
@@ -33,7 +33,7 @@ if str(ROOT) not in sys.path:
 import jax  # noqa: E402
 import numpy as np  # noqa: E402
 
-from ada_jax import data, rounds, train  # noqa: E402
+from ada_jax import data, loop, rounds, train  # noqa: E402
 from ada_jax import main as main_lib  # noqa: E402
 from tests import test_train  # noqa: E402
 
@@ -134,7 +134,7 @@ def record_run(
     record[f'init_param_{i}'] = _gather(leaf)
   rounds.run_step = recorded_run_step
   try:
-    summary = train.fit(trainer)
+    summary = loop.fit(trainer)
   finally:
     rounds.run_step = run_step
   for i, leaf in enumerate(jax.tree.leaves(trainer.state)):

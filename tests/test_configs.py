@@ -118,11 +118,12 @@ def test_tiny_arith_values_unchanged_by_arg_parsing():
   tiny = MODULES['tiny_arith']
   c = tiny.get_config()
   assert (c.rl.steps, c.rl.prompts_per_step, c.rl.slots, c.rl.lr) == (
-    100,
+    250,
     32,
     256,
-    2e-4,
+    1e-3,
   )
+  assert (c.data.levels, c.data.balance_levels, c.sft.steps) == ('0,1,4-7', True, 1000)
   assert tiny.get_config('tpu=v4-32,variant=balance').to_dict() == c.to_dict()
   assert tiny.get_config('seed=3').seed == 3
   assert tiny.get_config('variant=grpo').rl.slots == 128

@@ -15,7 +15,7 @@ import shutil
 
 import pytest
 
-from ada_jax import main, sweep, train
+from ada_jax import loop, main, sweep
 from ada_jax import metrics as metrics_lib
 from experiments import experiment as experiment_lib
 from experiments import report
@@ -308,7 +308,7 @@ def real_run(tmp_path_factory):
   for run, steps in ((warm, ()), (balance, ('--config.rl.steps=2',))):
     c = sweep.build_config(run.config, (*run.overrides, *steps))
     main.validate(c)
-    summaries[run.name] = train.fit(main.build_trainer(c, run.workdir))
+    summaries[run.name] = loop.fit(main.build_trainer(c, run.workdir))
   return {'warm': warm.workdir, 'run': balance.workdir, 'summaries': summaries}
 
 

@@ -20,7 +20,7 @@ import jax
 import numpy as np
 import pytest
 
-from ada_jax import adaptive, compiles, data, train, verifier
+from ada_jax import adaptive, compiles, data, loop, train, verifier
 from ada_jax import main as main_lib
 from ada_jax import metrics as metrics_lib
 
@@ -64,6 +64,7 @@ def tiny_config(data_dir: str, arg: str = '', **rl):
   )
   c.rl.mini_batch_rows, c.rl.micro_batch_rows = rows, rows // 2
   c.rl.steps, c.rl.eval_every, c.rl.eval_max_prompts = 3, 2, 8
+  c.rl.lr_schedule = 'constant'  # A cosine over 3 steps ends at lr 0.
   c.rl.histogram_prompts, c.rl.histogram_k = 8, 2
   c.sft.steps = 0
   c.verifier.workers = 1
@@ -122,7 +123,7 @@ def run(c, workdir, *, verify_fn=hash_verify, trainer_hook=None) -> Run:
     return row
 
   trainer.rl_step = recorded_step
-  summary = train.fit(trainer)
+  summary = loop.fit(trainer)
   rows = metrics_lib.read_rows(workdir, phase='rl')
   return Run(
     trainer,

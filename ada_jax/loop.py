@@ -1,0 +1,111 @@
+"""The run: SFT warm start, evaluation, RL steps, final evaluation and plots.
+
+`fit(trainer)` drives a `train.Trainer` from wherever its checkpoint left
+off to the end of the run, writing DIR/summary.json, the metrics rows, PNG
+plots and a summary table on stdout (process 0). A preemption (SIGTERM) ends
+it at the next step boundary with a checkpoint, and rerunning resumes.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any
+
+import jax
+from etils import epath
+from tqdm import tqdm
+
+from ada_jax import metrics as metrics_lib
+from ada_jax import multihost, pass_rates, train
+
+
+def fit(trainer: train.Trainer) -> dict[str, Any]:
+  """SFT (if configured), evaluation, RL steps, final evaluation and plots.
+
+  Returns the summary (also written to DIR/summary.json): greedy accuracy
+  and pass-rate histograms after SFT and after RL, steps run, and whether the
+  run stopped for preemption.
+  """
+  rl = trainer.rl
+  writer = trainer.writer
+  summary_path = epath.Path(writer.workdir) / 'summary.json'
+  summary = json.loads(summary_path.read_text()) if summary_path.exists() else {}
+  if trainer.ckpt is not None:
+    trainer.ckpt.install_signal_handlers()
+  is_main = jax.process_index() == 0
+  try:
+    trainer.run_sft()
+    if not trainer.sft_done:  # Preempted during SFT: nothing to save yet.
+      summary['preempted_at'] = 0
+      return summary
+    # Process 0's summary decides: every host must run the same evaluations
+    # (their sampling is collective), whatever its own disk holds.
+    if multihost.broadcast_from_main('before_rl' not in summary):
+      summary['before_rl'] = {
+        'eval_accuracy': trainer.evaluate(),
+        'pass_rate_histogram': trainer.pass_rate_histogram(),
+      }
+      if is_main:
+        summary_path.write_text(json.dumps(summary, indent=2))
+        print(
+          pass_rates.format_histogram(
+            'pass rates before RL (train prompts):',
+            summary['before_rl']['pass_rate_histogram'],
+          )
+        )
+        print(
+          f'greedy test accuracy before RL: {summary["before_rl"]["eval_accuracy"]:.3f}'
+        )
+    bar = tqdm(
+      range(trainer.step + 1, rl.steps + 1),
+      desc=f'rl/{rl.controller["rule"]}',
+      disable=not is_main,
+    )
+    for step in bar:
+      row = trainer.rl_step()
+      if rl.eval_every and step % rl.eval_every == 0 and step != rl.steps:
+        row['eval_accuracy'] = trainer.evaluate()
+      writer.write(step, row, phase='rl')
+      bar.set_postfix(
+        r1=f'{row["reward_round1_mean"]:.2f}',
+        rounds=row['rounds'],
+        zero_adv=f'{row["zero_adv_frac"]:.2f}',
+      )
+      trainer.save()
+      if trainer.ckpt is not None and trainer.ckpt.stop_requested:
+        logging.warning('stopping at step %d after the preemption checkpoint', step)
+        summary['preempted_at'] = step
+        return summary
+    summary.pop('preempted_at', None)
+    summary['after_rl'] = {
+      'eval_accuracy': trainer.evaluate(),
+      'pass_rate_histogram': trainer.pass_rate_histogram(),
+    }
+    summary['steps'] = trainer.step
+    trainer.save(force=True)
+    writer.flush()
+    if is_main:
+      summary_path.write_text(json.dumps(summary, indent=2))
+      metrics_lib.plot_run(writer.workdir)
+      rows = metrics_lib.read_rows(
+        epath.Path(writer.workdir) / 'metrics.jsonl', phase='rl'
+      )
+      print(metrics_lib.summary_table(rows))
+      print(
+        pass_rates.format_histogram(
+          'pass rates after RL (train prompts):',
+          summary['after_rl']['pass_rate_histogram'],
+        )
+      )
+      before, after = (
+        summary['before_rl']['eval_accuracy'],
+        summary['after_rl']['eval_accuracy'],
+      )
+      print(f'greedy test accuracy: before RL {before:.3f} -> after RL {after:.3f}')
+    return summary
+  finally:
+    writer.flush()
+    if trainer.ckpt is not None:
+      trainer.ckpt.wait()
+      trainer.ckpt.restore_signal_handlers()
