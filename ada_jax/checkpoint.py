@@ -224,6 +224,28 @@ def _pytree_handler() -> ocp.PyTreeCheckpointHandler:
   return ocp.PyTreeCheckpointHandler(type_handler_registry=registry)
 
 
+def restore_params(
+  workdir: str | epath.PathLike, abstract_params: PyTree
+) -> tuple[int, PyTree, dict[str, Any]]:
+  """(step, params, extras) of another run's latest usable checkpoint.
+
+  For readers of a finished run (export, warm starts): params only, placed
+  as `abstract_params`' shardings say.
+
+  Raises:
+    FileNotFoundError: `workdir` has no usable checkpoint.
+  """
+  ckpt = Checkpointer(workdir, keep=1 << 30)
+  try:
+    got = ckpt.restore_latest(abstract_params)
+  finally:
+    ckpt.close()
+  if got is None:
+    raise FileNotFoundError(f'no usable checkpoint in {workdir}/checkpoints')
+  step, params, _, extras = got
+  return step, params, extras
+
+
 class Checkpointer:
   """Saves and restores the trainer's state under `workdir/checkpoints`.
 

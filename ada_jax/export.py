@@ -152,14 +152,7 @@ def export(c, workdir: str, out: str) -> int:
     abs_state,
     shardings,
   )
-  ckpt = checkpoint_lib.Checkpointer(workdir, keep=1 << 30)
-  try:
-    got = ckpt.restore_latest(target)
-  finally:
-    ckpt.close()
-  if got is None:
-    raise FileNotFoundError(f'no usable checkpoint in {workdir}/checkpoints')
-  step, params, _, _ = got
+  step, params, _ = checkpoint_lib.restore_params(workdir, target)
   hf.save_model(nnx.merge(graphdef, params), out)
   if jax.process_index() == 0:
     template = prompts.resolve(c.data.template, c.data.name, tok)

@@ -214,16 +214,10 @@ class Trainer:
       lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding),
       self.state,
     )
-    source = checkpoint_lib.Checkpointer(workdir, keep=1 << 30)
     try:
-      got = source.restore_latest(abstract)
-    finally:
-      source.close()
-    if got is None:
-      raise FileNotFoundError(
-        f'model.init_from: no usable checkpoint in {workdir}/checkpoints'
-      )
-    step, self.state, _, extras = got
+      step, self.state, extras = checkpoint_lib.restore_params(workdir, abstract)
+    except FileNotFoundError as e:
+      raise FileNotFoundError(f'model.init_from: {e}') from None
     self.sft_done = self.sft_done or bool(extras.get('sft_done', False))
     logging.info(
       'initialized from %s (its step %d, sft_done=%s)', workdir, step, self.sft_done

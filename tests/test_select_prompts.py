@@ -107,6 +107,7 @@ def workdir(tmp_path_factory):
     'data.manual_dir': root / 'manual',
     'data.data_dir': root / 'tfds',
     'data.eval_split': '',
+    'data.levels': '',  # The tiny task's band of ada_arith levels.
     'rl.prompts_per_step': 4,
     'rl.mini_batch_rows': 16,
     'rl.micro_batch_rows': 16,

@@ -336,6 +336,13 @@ def test_sft_share_keeps_sft_and_rl_problems_apart(data_dir, tmp_path):
   assert max(counts.values()) < 1.2 * min(counts.values())
 
 
+def test_levels_that_keep_nothing_name_the_key(data_dir, tmp_path):
+  c = tiny_config(data_dir)
+  c.data.levels = '20-30'
+  with pytest.raises(ValueError, match=r'data\.levels.*its levels: \[0, 1, 2'):
+    main_lib.build_trainer(c, str(tmp_path), verify_fn=hash_verify)
+
+
 # A shared warm start: model.init_from.
 
 
