@@ -19,7 +19,7 @@ Commands (repo root; TPU grid and the whole set: experiments/README.md):
   python -m ada_jax.sweep experiments/exit_rule.py --run   # the local grid
   python -m experiments.exit_rule                          # plots + table
 
-Results: not run yet.
+Results: the table and plots in experiments/README.md (section exit_rule).
 """
 
 from experiments import experiment, report
