@@ -268,15 +268,16 @@ def build_trainer(c, workdir: str, *, verify_fn=None):
     )
   # A band of the ladder (e.g. the tiny run's learnable levels), train and test.
   if c.data.get('levels', ''):
-    present = sorted(data.level_histogram(train_ex))
-    train_ex = data.select_levels(train_ex, c.data.levels)
-    eval_ex = data.select_levels(eval_ex, c.data.levels)
-    if not train_ex:
+    kept = data.select_levels(train_ex, c.data.levels)
+    if not kept:
       raise ValueError(
         f'config data.levels={c.data.levels!r} keeps no example of '
-        f'{c.data.name}:{c.data.train_split} (its levels: {present}); '
+        f'{c.data.name}:{c.data.train_split} (its levels: '
+        f'{sorted(data.level_histogram(train_ex))}); '
         "pass --config.data.levels='' for all"
       )
+    train_ex = kept
+    eval_ex = data.select_levels(eval_ex, c.data.levels)
   sft_ex = None
   if c.data.get('sft_share', 0.0):
     train_ex, sft_ex = data.split_share(train_ex, c.data.sft_share, seed=c.seed)
