@@ -292,6 +292,8 @@ class Checkpointer:
       )
     self.directory = epath.Path(workdir) / 'checkpoints'
     self.every_steps = every_steps
+    # Listed before orbax starts, since it removes them in a background thread.
+    self._unfinished = self._list_unfinished()
     self._manager = ocp.CheckpointManager(
       self.directory,
       item_handlers={
@@ -557,11 +559,19 @@ class Checkpointer:
     logging.info('checkpoint: restored step %d from %s', step, self.directory)
     return (step, trees['params'], trees.get('opt_state'), extras), ''
 
-  def _warn_unfinished(self) -> None:
-    latest = max(self.steps(), default=-1)
+  def _list_unfinished(self) -> list[tuple[int, epath.Path]]:
+    """(step, path) of orbax temporary directories a crash mid-save left."""
+    found = []
     for path in self.directory.iterdir() if self.directory.exists() else []:
       head = path.name.split('.', 1)[0]
-      if head.isdigit() and int(head) > latest:
+      if head.isdigit() and head != path.name:  # 'STEP.orbax-checkpoint-tmp-T'
+        found.append((int(head), path))
+    return sorted(found)
+
+  def _warn_unfinished(self) -> None:
+    latest = max(self.steps(), default=-1)
+    for step, path in self._unfinished:
+      if step > latest:
         logging.warning(
           'checkpoint: %s is an unfinished save (crash mid-save?); resuming from %s',
           path,
