@@ -53,6 +53,7 @@ class SFTSettings:
   batch_size: int = 64
   lr: float = 1e-3
   warmup: int = 0
+  lr_schedule: str = 'constant'  # or 'cosine' (to 0 at the last SFT step)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -264,7 +265,13 @@ class Trainer:
     bar = tqdm(range(1, self.sft.steps + 1), desc='sft', leave=False)
     for step in bar:
       idx = rs.randint(0, len(seqs), self.sft.batch_size)
-      lr = update.lr_at(step, peak=self.sft.lr, warmup=self.sft.warmup)
+      lr = update.lr_at(
+        step,
+        peak=self.sft.lr,
+        warmup=self.sft.warmup,
+        schedule=self.sft.lr_schedule,
+        total=self.sft.steps,
+      )
       self.state, opt_state, m = sft_update(
         self.graphdef,
         opt,

@@ -62,6 +62,9 @@ def make_optimizer(
   )
 
 
+LR_SCHEDULES = ('constant', 'cosine')
+
+
 def lr_at(
   step: int, *, peak: float, warmup: int, schedule: str = 'constant', total: int = 0
 ) -> float:
