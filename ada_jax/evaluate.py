@@ -39,10 +39,13 @@ import logging
 import math
 import os
 import sys
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+if TYPE_CHECKING:  # jax is imported lazily: `--help` stays fast.
+  import jax
 
 # Reference section 8.2: Table 1's weighted average uses the set sizes.
 PAPER_WEIGHTS = {
@@ -203,6 +206,52 @@ def load_policy(c, checkpoint: str) -> tuple[Any, Any, int, int]:
   return model, trainer.tok, trainer.step, trainer.config.max_position_embeddings
 
 
+def score_examples(
+  c,
+  model,
+  tok,
+  examples: Sequence[Any],
+  bucket: int,
+  *,
+  k: int,
+  max_new_tokens: int,
+  rng: jax.Array,
+  temperature: float,
+  slots: int | None,
+  verify_fn: Callable | None,
+  progress: str,
+) -> np.ndarray:
+  """[Q, k] correctness of k samples per problem, config `c`'s sampler settings.
+
+  Shared by this module and `select_prompts` (both command-line modules read
+  the ConfigDict): top-p/top-k, slots (`rl.slots` unless `slots`), EOS and
+  verifier settings come from `c`.
+  """
+  from ada_jax import data, pass_rates
+
+  enc = data.encode_prompts(tok, [e.prompt for e in examples], bucket)
+  correct, _ = pass_rates.sample_and_score(
+    model,
+    tok,
+    enc.tokens,
+    enc.mask,
+    [e.reference for e in examples],
+    slots=slots or c.rl.slots,
+    k=k,
+    max_new_tokens=max_new_tokens,
+    rng=rng,
+    temperature=temperature,
+    top_p=c.sampling.top_p,
+    top_k=c.sampling.top_k,
+    eos_ids=tok.eos_ids,
+    verifier_timeout_s=c.verifier.timeout_s,
+    verifier_workers=c.verifier.workers or None,
+    verify_fn=verify_fn,
+    progress=progress,
+  )
+  return correct
+
+
 def evaluate(
   c,
   checkpoint: str,
@@ -236,7 +285,7 @@ def evaluate(
   import jax
   from etils import epath
 
-  from ada_jax import data, pass_rates
+  from ada_jax import data
 
   sets = [dataset_split(name) for name in datasets]
   model, tok, step, positions = load_policy(c, checkpoint)
@@ -275,23 +324,17 @@ def evaluate(
         dropped[name],
         bucket,
       )
-    enc = data.encode_prompts(tok, [e.prompt for e in ex], bucket)
-    correct, _ = pass_rates.sample_and_score(
+    correct = score_examples(
+      c,
       model,
       tok,
-      enc.tokens,
-      enc.mask,
-      [e.reference for e in ex],
-      slots=slots or c.rl.slots,
+      ex,
+      bucket,
       k=k,
       max_new_tokens=max_new_tokens,
       rng=jax.random.fold_in(jax.random.key(seed), i),
       temperature=temperature,
-      top_p=c.sampling.top_p,
-      top_k=c.sampling.top_k,
-      eos_ids=tok.eos_ids,
-      verifier_timeout_s=c.verifier.timeout_s,
-      verifier_workers=c.verifier.workers or None,
+      slots=slots,
       verify_fn=verify_fn,
       progress=name,
     )

@@ -78,7 +78,7 @@ def validate(c) -> None:
   import jax
   from etils import epath
 
-  from ada_jax import adaptive, data
+  from ada_jax import adaptive, data, update
 
   data.parse_levels(c.data.get('levels', ''))  # Names data.levels if malformed.
   if not 0.0 <= c.data.get('sft_share', 0.0) < 1.0:
@@ -107,6 +107,15 @@ def validate(c) -> None:
     raise ValueError(
       f'config rl.schedule={rl.schedule!r}: unknown schedule (one of {adaptive.SCHEDULES})'
     )
+  for key, value in (
+    ('rl.lr_schedule', rl.lr_schedule),
+    ('sft.lr_schedule', c.sft.get('lr_schedule', 'constant')),
+  ):
+    if value not in update.LR_SCHEDULES:
+      raise ValueError(
+        f'config {key}={value!r}: unknown learning-rate schedule '
+        f'(one of {update.LR_SCHEDULES})'
+      )
   if rl.rule == 'balance' and rl.group_size % 2:
     raise ValueError(
       f'config rl.group_size={rl.group_size}: balance needs an even group size'

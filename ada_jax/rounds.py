@@ -276,3 +276,36 @@ def run_step(
     time_verify_s=state['t_verify'],
     verifier_counters=counters,
   )
+
+
+def sample_rows(
+  out: StepSamples, examples: Sequence[Any], limit: int
+) -> list[dict[str, Any]]:
+  """Up to `limit` decoded training rows with reward, answer and counters.
+
+  The first rows whose response this host decoded: all of them on one host;
+  multi-host, only process 0 writes, from the slots it holds.
+  """
+  g = out.groups
+  s = out.rewards.shape[1]  # S slots: sample id = round * S + slot
+  rows = []
+  for i in range(g.num_rows):
+    if len(rows) == limit:
+      break
+    sid = int(g.sample_id[i])
+    text = out.texts.get((sid // s, sid % s))
+    if text is None:
+      continue
+    ex = examples[int(g.prompt_index[i])]
+    rows.append(
+      {
+        'prompt': ex.prompt,
+        'reference': ex.reference,
+        'response': text,
+        'reward': float(g.reward[i]),
+        'advantage': float(g.advantage[i]),
+        'extracted': verifier.extract(text),
+        'verifier': out.verifier_counters,
+      }
+    )
+  return rows

@@ -163,23 +163,17 @@ def run(
     counts['over_max_prompts'] = max(0, len(examples) - max_prompts)
     examples = examples[:max_prompts]
   counts['sampled'] = len(examples)
-  enc = data.encode_prompts(tok, [e.prompt for e in examples], bucket)
-  correct, _ = pass_rates.sample_and_score(
+  correct = evaluate.score_examples(
+    c,
     model,
     tok,
-    enc.tokens,
-    enc.mask,
-    [e.reference for e in examples],
-    slots=slots or c.rl.slots,
+    examples,
+    bucket,
     k=k,
     max_new_tokens=max_new_tokens,
     rng=jax.random.key(seed),
     temperature=c.sampling.temperature,
-    top_p=c.sampling.top_p,
-    top_k=c.sampling.top_k,
-    eos_ids=tok.eos_ids,
-    verifier_timeout_s=c.verifier.timeout_s,
-    verifier_workers=c.verifier.workers or None,
+    slots=slots,
     verify_fn=verify_fn,
     progress='select',
   )

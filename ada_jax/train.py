@@ -37,7 +37,6 @@ from ada_jax import (
   rounds,
   sharding,
   update,
-  verifier,
 )
 from ada_jax import checkpoint as checkpoint_lib
 from ada_jax import metrics as metrics_lib
@@ -54,6 +53,7 @@ class SFTSettings:
   batch_size: int = 64
   lr: float = 1e-3
   warmup: int = 0
+  lr_schedule: str = 'constant'  # or 'cosine' (to 0 at the last SFT step)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -265,7 +265,13 @@ class Trainer:
     bar = tqdm(range(1, self.sft.steps + 1), desc='sft', leave=False)
     for step in bar:
       idx = rs.randint(0, len(seqs), self.sft.batch_size)
-      lr = update.lr_at(step, peak=self.sft.lr, warmup=self.sft.warmup)
+      lr = update.lr_at(
+        step,
+        peak=self.sft.lr,
+        warmup=self.sft.warmup,
+        schedule=self.sft.lr_schedule,
+        total=self.sft.steps,
+      )
       self.state, opt_state, m = sft_update(
         self.graphdef,
         opt,
@@ -403,11 +409,10 @@ class Trainer:
       jnp.float32(lr),
     )
     um = jax.device_get(um)
-    # On device: the rows span hosts, no host can read them whole.
     gap_max, gap_mean = (
       float(v)
       for v in jax.device_get(
-        _logp_gap(old_logp, batch['sampler_logp'], batch['resp_mask'])
+        update.logp_gap(old_logp, batch['sampler_logp'], batch['resp_mask'])
       )
     )
     t2 = time.perf_counter()
@@ -444,44 +449,7 @@ class Trainer:
       logging.warning(
         'step %d: %d non-finite update(s) skipped', self.step, int(um['skipped'])
       )
-    self._log_samples(out, examples)
+    self.writer.write_samples(
+      self.step, rounds.sample_rows(out, examples, self.rl.samples_to_log)
+    )
     return row
-
-  def _log_samples(
-    self, out: rounds.StepSamples, examples: Sequence[data.Example]
-  ) -> None:
-    g = out.groups
-    s = self.rl.rounds.slots
-    rows = []
-    # The first rows whose response this host decoded (all of them on one
-    # host; multi-host, only process 0 writes, from the slots it holds).
-    for i in range(g.num_rows):
-      if len(rows) == self.rl.samples_to_log:
-        break
-      sid = int(g.sample_id[i])
-      text = out.texts.get((sid // s, sid % s))
-      if text is None:
-        continue
-      ex = examples[int(g.prompt_index[i])]
-      rows.append(
-        {
-          'prompt': ex.prompt,
-          'reference': ex.reference,
-          'response': text,
-          'reward': float(g.reward[i]),
-          'advantage': float(g.advantage[i]),
-          'extracted': verifier.extract(text),
-          'verifier': out.verifier_counters,
-        }
-      )
-    self.writer.write_samples(self.step, rows)
-
-
-@jax.jit
-def _logp_gap(
-  old_logp: jax.Array, sampler_logp: jax.Array, weight: jax.Array
-) -> tuple[jax.Array, jax.Array]:
-  """Max and mean |trainer - sampler| log-prob over weighted response tokens."""
-  w = weight > 0
-  gap = jnp.where(w, jnp.abs(old_logp - sampler_logp), 0.0)
-  return jnp.max(gap), jnp.sum(gap) / jnp.maximum(jnp.sum(w), 1)

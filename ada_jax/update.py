@@ -62,6 +62,9 @@ def make_optimizer(
   )
 
 
+LR_SCHEDULES = ('constant', 'cosine')
+
+
 def lr_at(
   step: int, *, peak: float, warmup: int, schedule: str = 'constant', total: int = 0
 ) -> float:
@@ -117,6 +120,19 @@ def logp_jit(
   return response_logp(
     nnx.merge(graphdef, state), tokens, mask, prompt_len, temperature
   )
+
+
+@jax.jit
+def logp_gap(
+  old_logp: Array, sampler_logp: Array, weight: Array
+) -> tuple[Array, Array]:
+  """Max and mean |trainer - sampler| log-prob over weighted response tokens.
+
+  On device: in multi-host runs the rows span hosts, no host can read them.
+  """
+  w = weight > 0
+  gap = jnp.where(w, jnp.abs(old_logp - sampler_logp), 0.0)
+  return jnp.max(gap), jnp.sum(gap) / jnp.maximum(jnp.sum(w), 1)
 
 
 def _tree_where(pred: Array, a: Any, b: Any) -> Any:

@@ -7,7 +7,9 @@ busy when its item's time is up is killed (SIGKILL) and replaced by a fresh
 one, and the item scores False. Workers come from a forkserver that preloaded
 the verifier (cheap respawns, and no fork of a parent holding JAX threads).
 The parent extracts the boxed answer itself (linear time), so only short
-strings cross the pipes.
+strings cross the pipes. An item's clock starts when a ready worker takes it:
+a worker first reports that it has started (a respawn on a loaded machine can
+take seconds), so a slow start never turns correct answers into timeouts.
 """
 
 from __future__ import annotations
@@ -25,15 +27,22 @@ from typing import Any
 from ada_jax import answer_normalize
 
 _STAT_KEYS = ('calls', 'timeouts', 'guard_trips', 'parse_failures')
+_READY = 'ready'
+# How long a worker may take to start; past it the machine is broken, not slow.
+_START_TIMEOUT_S = 300.0
 
 
-def _worker_main(conn: Any) -> None:
+def _worker_main(conn: Any, start_delay_s: float = 0.0) -> None:
   """Worker loop: runs chunks of (index, answer, reference) tasks.
 
-  Sends one (index, ok, seconds, counter deltas) message per task when done.
+  Sends `_READY` once started, then one (index, ok, seconds, counter deltas)
+  message per task when done. `start_delay_s` stands in for a slow start in
+  tests.
   """
   from ada_jax import verifier
 
+  time.sleep(start_delay_s)
+  conn.send(_READY)
   while True:
     try:
       chunk = conn.recv()
@@ -51,13 +60,28 @@ def _worker_main(conn: Any) -> None:
 
 
 class _Worker:
-  def __init__(self, ctx: Any):
+  def __init__(self, ctx: Any, start_delay_s: float = 0.0):
     self.conn, child = ctx.Pipe()
-    self.proc = ctx.Process(target=_worker_main, args=(child,), daemon=True)
+    self.proc = ctx.Process(
+      target=_worker_main, args=(child, start_delay_s), daemon=True
+    )
     self.proc.start()
     child.close()
     self.queue: collections.deque[tuple[int, str, str]] = collections.deque()
     self.started = 0.0  # when the task at the head of the queue started
+    self.ready = False
+
+  def wait_ready(self) -> None:
+    """Blocks until the worker has started (its first message)."""
+    if self.ready:
+      return
+    if not self.conn.poll(_START_TIMEOUT_S):
+      raise RuntimeError(
+        f'verifier worker (pid {self.proc.pid}) did not start in {_START_TIMEOUT_S:.0f} s'
+      )
+    if self.conn.recv() != _READY:
+      raise RuntimeError('verifier worker: unexpected first message')
+    self.ready = True
 
   def kill(self) -> None:
     self.proc.kill()
@@ -75,11 +99,12 @@ class _Worker:
 
 
 class _Pool:
-  def __init__(self, size: int):
+  def __init__(self, size: int, start_delay_s: float = 0.0):
     self.ctx = multiprocessing.get_context('forkserver')
     self.ctx.set_forkserver_preload(['ada_jax.verifier'])
     self.size = size
-    self.workers = [_Worker(self.ctx) for _ in range(size)]
+    self.start_delay_s = start_delay_s
+    self.workers = [_Worker(self.ctx, start_delay_s) for _ in range(size)]
 
   def close(self) -> None:
     for w in self.workers:
@@ -99,6 +124,9 @@ class _Pool:
     stats: collections.Counter[str] = collections.Counter()
     pending = collections.deque(tasks)
     idle = list(self.workers)
+    for w in idle:  # A new pool: all start before any item's clock does.
+      with contextlib.suppress(EOFError, OSError):  # died: handled below
+        w.wait_ready()
     busy: dict[Any, _Worker] = {}
     while pending or busy:
       while pending and idle:
@@ -106,8 +134,9 @@ class _Pool:
         size = max(1, min(16, len(pending) // (2 * self.size)))
         chunk = [pending.popleft() for _ in range(size)]
         try:
+          w.wait_ready()  # The item clocks start below, not during a start.
           w.conn.send(chunk)
-        except (OSError, ValueError):  # an idle worker died: replace, resend
+        except (OSError, ValueError, EOFError):  # died idle: replace, resend
           pending.extendleft(reversed(chunk))
           idle.append(self._replace(w))
           continue
@@ -151,7 +180,7 @@ class _Pool:
 
   def _replace(self, w: _Worker) -> _Worker:
     w.kill()
-    fresh = _Worker(self.ctx)
+    fresh = _Worker(self.ctx, self.start_delay_s)
     self.workers[self.workers.index(w)] = fresh
     return fresh
 

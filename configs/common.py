@@ -290,7 +290,9 @@ def paper_config(
   c.sampling.top_p = 1.0
   c.sampling.top_k = 0
   # No SFT: RL starts from the released model.
-  c.sft = ml_collections.ConfigDict(dict(steps=0, batch_size=64, lr=1e-5, warmup=0))
+  c.sft = ml_collections.ConfigDict(
+    dict(steps=0, batch_size=64, lr=1e-5, warmup=0, lr_schedule='constant')
+  )
   # Reward: the reference's 20 s per item, 16 processes (per host here).
   c.verifier = ml_collections.ConfigDict(dict(timeout_s=20.0, workers=16))
   # Checkpoints every 50 steps; --config.checkpoint.keep=8 keeps all of
@@ -336,6 +338,8 @@ def runlocal(c: ml_collections.ConfigDict, variant: str) -> None:
   c.rl.histogram_prompts = 16
   c.rl.histogram_k = 4
   c.sampling.max_new_tokens = 8
-  c.sft = ml_collections.ConfigDict(dict(steps=0, batch_size=32, lr=2e-3, warmup=0))
+  c.sft = ml_collections.ConfigDict(
+    dict(steps=0, batch_size=32, lr=2e-3, warmup=0, lr_schedule='constant')
+  )
   c.verifier = ml_collections.ConfigDict(dict(timeout_s=2.0, workers=2))
   c.checkpoint = ml_collections.ConfigDict(dict(every=2, keep=1))

@@ -137,7 +137,9 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   if variant == 'grpo':
     c.rl.slots = c.rl.prompts_per_step * c.rl.group_size
 
-  c.sft = ml_collections.ConfigDict(dict(steps=1000, batch_size=64, lr=3e-3, warmup=30))
+  c.sft = ml_collections.ConfigDict(
+    dict(steps=1000, batch_size=64, lr=3e-3, warmup=30, lr_schedule='constant')
+  )
 
   c.verifier = ml_collections.ConfigDict(dict(timeout_s=2.0, workers=2))
   c.checkpoint = ml_collections.ConfigDict(dict(every=20, keep=2))

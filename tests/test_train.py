@@ -146,6 +146,8 @@ def run(c, workdir, *, verify_fn=hash_verify, trainer_hook=None) -> Run:
     ('', lambda c: setattr(c.rl, 'group_size', 3), 'rl.group_size'),
     ('', lambda c: setattr(c.rl, 'rule', 'ppo'), 'rl.rule'),
     ('', lambda c: setattr(c.rl, 'schedule', 'greedy'), 'rl.schedule'),
+    ('', lambda c: setattr(c.rl, 'lr_schedule', 'linear'), 'rl.lr_schedule'),
+    ('', lambda c: setattr(c.sft, 'lr_schedule', 'cos'), 'sft.lr_schedule'),
     ('', lambda c: setattr(c.sampling, 'max_new_tokens', 60), 'max_new_tokens'),
     (
       'variant=pos',
@@ -153,7 +155,16 @@ def run(c, workdir, *, verify_fn=hash_verify, trainer_hook=None) -> Run:
       'rl.samples_per_round',
     ),
   ],
-  ids=['slots_dp', 'odd_group_balance', 'rule', 'schedule', 'length', 'spr'],
+  ids=[
+    'slots_dp',
+    'odd_group_balance',
+    'rule',
+    'schedule',
+    'lr_schedule',
+    'sft_lr_schedule',
+    'length',
+    'spr',
+  ],
 )
 def test_config_error_names_key(data_dir, arg, edit, key):
   c = tiny_config(data_dir, arg)
@@ -192,13 +203,14 @@ def test_two_step_run_on_2x2x2_mesh(data_dir, tmp_path):
     return real | hash_verify(responses, references)
 
   c = tiny_config(data_dir, steps=2, eval_every=0, warmup=2)
-  c.sft.steps, c.sft.warmup = 4, 0
+  c.sft.steps, c.sft.warmup, c.sft.lr_schedule = 4, 0, 'cosine'
   verifier_calls = verifier.counters()['calls']
   r = run(c, tmp_path / 'wd', verify_fn=real_verify)
   assert calls and all(x.dtype == bool for x in calls)
   assert verifier.counters()['calls'] > verifier_calls
   sft_rows = metrics_lib.read_rows(tmp_path / 'wd', phase='sft')
   assert [row['step'] for row in sft_rows] == [4]
+  assert sft_rows[0]['lr'] == 0.0  # cosine reaches 0 at the last SFT step
   mesh = r.trainer.mesh
   assert dict(mesh.shape) == {'data': 2, 'fsdp': 2, 'tensor': 2}
   assert [row['step'] for row in r.rows] == [1, 2]

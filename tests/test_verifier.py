@@ -291,3 +291,23 @@ def test_verify_batch_replaces_dead_workers():
 def test_verify_batch_rejects_length_mismatch():
   with pytest.raises(ValueError):
     verifier.verify_batch(['a'], ['a', 'b'])
+
+
+def test_verify_batch_slow_worker_start_is_not_a_timeout():
+  # A worker that takes longer to start than an item may take (a loaded
+  # machine: forkserver respawn + imports) must not time items out.
+  from ada_jax import verifier_pool
+
+  pool = verifier_pool._Pool(2, start_delay_s=1.5)
+  try:
+    tasks = [(k, str(k), str(k)) for k in range(6)]
+    got, stats = pool.run(tasks, 6, timeout_s=0.5)
+    assert got == [True] * 6 and stats.get('timeouts', 0) == 0
+    # A replaced worker (an overrun kills it) starts slowly too: the next
+    # items still get their full time once it is up.
+    got, stats = pool.run([(0, '\\frac{x^2-1}{x-1}', 'x+1')], 1, timeout_s=1e-4)
+    assert got == [False] and stats['timeouts'] == 1
+    got, stats = pool.run(tasks, 6, timeout_s=0.5)
+    assert got == [True] * 6 and stats.get('timeouts', 0) == 0
+  finally:
+    pool.close()
