@@ -218,6 +218,36 @@ def _finished(workdir: str) -> bool:
     return 'after_rl' in json.load(f)
 
 
+def _diff(saved: Any, want: Any, prefix: str = '') -> list[str]:
+  """Dotted keys whose values differ between two JSON-like trees."""
+  if isinstance(saved, dict) and isinstance(want, dict):
+    out = []
+    for key in sorted(set(saved) | set(want)):
+      out += _diff(
+        saved.get(key, '<absent>'), want.get(key, '<absent>'), f'{prefix}{key}.'
+      )
+    return out
+  return [] if saved == want else [f'{prefix[:-1]}: {saved!r} there, {want!r} now']
+
+
+def config_mismatch(run: Run) -> list[str]:
+  """How a finished run's saved config.json differs from what `run` builds.
+
+  A finished run is reused (a shared warm start, a rerun sweep) only when it
+  was made with the same config; otherwise a changed default would be mixed
+  silently with runs of the old one.
+  """
+  path = os.path.join(run.workdir, 'config.json')
+  if not os.path.isfile(path):
+    return ['config.json: absent']
+  with open(path) as f:
+    saved = json.load(f)
+  want = json.loads(
+    json.dumps(build_config(run.config, run.overrides).to_dict(), default=str)
+  )
+  return _diff(saved, want)
+
+
 def _tpu_busy(tpu: str, runner: Callable[..., Any]) -> bool:
   out = runner(
     ['./launch_tpu.sh', '--name', tpu, 'status'], capture_output=True, text=True
@@ -237,6 +267,13 @@ def run_all(
     print(f'[{i + 1}/{len(runs)}] {run.name}', flush=True)
     if tpu is None:
       if _finished(run.workdir):
+        diff = config_mismatch(run)
+        if diff:
+          raise ValueError(
+            f'{run.workdir} finished with another config than this sweep '
+            f'builds ({"; ".join(diff[:5])}); move it away or pass another '
+            '--workdir-root'
+          )
         print(f'  {run.workdir} has a finished summary.json: skipped', flush=True)
         continue
       runner(run.main_argv(), check=True)

@@ -97,6 +97,15 @@ def test_sweep_run_local_and_tpu(experiment, tmp_path):
   done = pathlib.Path(runs[0].workdir)
   done.mkdir(parents=True)
   (done / 'summary.json').write_text('{"after_rl": {}}')
+  # A finished run made with another config is not reused silently.
+  c = sweep.build_config(runs[0].config, runs[0].overrides).to_dict()
+  c['sft']['lr'] *= 2
+  (done / 'config.json').write_text(json.dumps(c, default=str))
+  with pytest.raises(ValueError, match=r'sft\.lr: '):
+    sweep.run_all(runs, runner=runner)
+  assert not calls
+  c['sft']['lr'] /= 2
+  (done / 'config.json').write_text(json.dumps(c, default=str))
   sweep.run_all(runs, runner=runner)
   assert len(calls) == 6 and calls[0][1:3] == ['-m', 'ada_jax.main']
   calls.clear()
@@ -309,11 +318,18 @@ def real_run(tmp_path_factory):
     c = sweep.build_config(run.config, (*run.overrides, *steps))
     main.validate(c)
     summaries[run.name] = loop.fit(main.build_trainer(c, run.workdir))
-  return {'warm': warm.workdir, 'run': balance.workdir, 'summaries': summaries}
+  return {
+    'warm': warm.workdir,
+    'warm_run': warm,
+    'run': balance.workdir,
+    'summaries': summaries,
+  }
 
 
 def test_warm_start_run_counts_as_finished(real_run):
   assert sweep._finished(real_run['warm'])  # --run skips it in later sweeps.
+  # ... since its saved config.json is the one the sweep builds, exactly.
+  assert sweep.config_mismatch(real_run['warm_run']) == []
   assert metrics_lib.read_rows(real_run['warm'], phase='rl') == []
   rows = metrics_lib.read_rows(real_run['run'])
   assert [r['phase'] for r in rows] == ['rl', 'rl']  # SFT came from the warm start.
