@@ -11,7 +11,8 @@ Why checksums: orbax finishes a step atomically (a renamed tmp dir locally,
 `commit_success.txt` on GCS), but a garbled data file restores silently as
 wrong numbers. Each leaf gets a position-weighted uint32 sum of its bits,
 computed on device; wrap-around integer sums are exact in any reduction order,
-so any target sharding reproduces it. A step that fails to read or verify is
+so any target sharding reproduces it (the on-disk form, checksums included,
+is `checkpoint_format.py`). A step that fails to read or verify is
 moved to `WORKDIR/checkpoints.corrupt/` with a warning and the previous one is
 tried; one whose paths or shapes differ from the target raises instead (a
 changed config, not a broken file).
@@ -28,25 +29,22 @@ from __future__ import annotations
 
 import functools
 import logging
-import re
 import signal
 import time
 import types
-import zlib
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 import optax
 import orbax.checkpoint as ocp
 from etils import epath
-from flax import nnx
+
+from ada_jax import checkpoint_format as fmt
 
 PyTree = Any
 _COMMIT_MARKER = 'commit_success.txt'  # orbax's marker, in every finished step dir.
-_ARRAY_REF = '__ndarray__'  # reserved key: an array reference inside meta JSON.
 _FORMAT = 1
 
 
@@ -56,112 +54,6 @@ class CorruptCheckpointError(RuntimeError):
 
 class CheckpointMismatchError(ValueError):
   """A checkpoint whose leaf paths or shapes differ from the restore target."""
-
-
-# Tree <-> nested dict of path-named leaves.
-
-
-def _is_var(x: Any) -> bool:
-  return isinstance(x, nnx.Variable)
-
-
-def _key_name(k: Any) -> str:
-  for attr in ('key', 'idx', 'name'):
-    if hasattr(k, attr):
-      return str(getattr(k, attr))
-  return str(k)
-
-
-def _flat(tree: PyTree) -> tuple[list[tuple[str, ...]], list[Any], Any]:
-  """(paths, leaves, treedef); a Variable's path ends at the Variable."""
-  with_path = jax.tree_util.tree_flatten_with_path(tree, is_leaf=_is_var)[0]
-  leaves, treedef = jax.tree_util.tree_flatten(tree)
-  if len(with_path) != len(leaves):
-    raise ValueError('checkpoint: Variables must hold exactly one array each')
-  paths = [tuple(_key_name(k) for k in p) for p, _ in with_path]
-  return paths, leaves, treedef
-
-
-def _nest(paths: Sequence[tuple[str, ...]], leaves: Sequence[Any]) -> dict:
-  out: dict = {}
-  for path, leaf in zip(paths, leaves, strict=True):
-    node = out
-    for k in path[:-1]:
-      node = node.setdefault(k, {})
-    if path[-1] in node:
-      raise ValueError(f'checkpoint: two leaves map to {"/".join(path)}')
-    node[path[-1]] = leaf
-  return out
-
-
-# Checksums.
-
-
-def _leaf_checksum(x: jax.Array) -> jax.Array:
-  if x.dtype == jnp.bool_:
-    words = x.astype(jnp.uint32)
-  else:
-    unsigned = {1: jnp.uint8, 2: jnp.uint16}.get(x.dtype.itemsize, jnp.uint32)
-    words = jax.lax.bitcast_convert_type(x, unsigned).astype(jnp.uint32)
-  words = words.reshape(-1)
-  weights = jax.lax.iota(jnp.uint32, words.size) * jnp.uint32(2) + jnp.uint32(1)
-  return jnp.sum(words * weights, dtype=jnp.uint32)
-
-
-_checksums_jit = jax.jit(lambda leaves: [_leaf_checksum(x) for x in leaves])
-
-
-def _sig(leaves: Sequence[Any]) -> tuple:
-  return tuple((x.shape, np.dtype(x.dtype).name, x.sharding) for x in leaves)
-
-
-def _host_checksum(x: np.ndarray) -> int:
-  return zlib.crc32(np.ascontiguousarray(x).tobytes())
-
-
-# Extras: JSON with numpy arrays pulled out.
-
-
-def _encode(obj: Any, path: tuple[str, ...], arrays: dict[str, np.ndarray]) -> Any:
-  if isinstance(obj, Mapping):
-    for k in obj:
-      if not isinstance(k, str):
-        raise TypeError(f'extras: key {k!r} at {"/".join(path)} is not a str')
-    return {k: _encode(v, (*path, k), arrays) for k, v in obj.items()}
-  if isinstance(obj, list | tuple):
-    return [_encode(v, (*path, str(i)), arrays) for i, v in enumerate(obj)]
-  if isinstance(obj, np.generic):
-    return obj.item()
-  if isinstance(obj, np.ndarray | jax.Array):
-    ref: dict[str, Any] = {}
-    if jnp.issubdtype(obj.dtype, jax.dtypes.prng_key):
-      ref['key_impl'] = str(jax.random.key_impl(obj))
-      obj = jax.random.key_data(obj)
-    arr = np.asarray(jax.device_get(obj))
-    if arr.dtype.kind not in 'biuf':
-      raise TypeError(f'extras: array at {"/".join(path)} has dtype {arr.dtype}')
-    name = re.sub(r'[^A-Za-z0-9_-]', '_', '.'.join(path)) or 'root'
-    while name in arrays:
-      name += '_'
-    arrays[name] = arr
-    ref[_ARRAY_REF] = name
-    return ref
-  if obj is None or isinstance(obj, bool | int | float | str):
-    return obj
-  raise TypeError(f'extras: {type(obj).__name__} at {"/".join(path)} is not JSON-able')
-
-
-def _decode(obj: Any, arrays: Mapping[str, np.ndarray]) -> Any:
-  if isinstance(obj, dict):
-    if _ARRAY_REF in obj:
-      arr = np.asarray(arrays[obj[_ARRAY_REF]])
-      if 'key_impl' in obj:
-        return jax.random.wrap_key_data(arr, impl=obj['key_impl'])
-      return arr
-    return {k: _decode(v, arrays) for k, v in obj.items()}
-  if isinstance(obj, list):
-    return [_decode(v, arrays) for v in obj]
-  return obj
 
 
 # Multi-host agreement.
@@ -388,15 +280,15 @@ class Checkpointer:
     out = [0] * len(leaves)
     for index in groups.values():
       part = [leaves[i] for i in index]
-      key = _sig(part)
+      key = fmt.leaf_signature(part)
       if compile_only:  # at start-up, so that a save later adds no compile.
         if key not in self._checksum_fns:
-          self._checksum_fns[key] = _checksums_jit.lower(part).compile()
+          self._checksum_fns[key] = fmt.checksums_jit.lower(part).compile()
         continue
       try:
-        values = self._checksum_fns.get(key, _checksums_jit)(part)
+        values = self._checksum_fns.get(key, fmt.checksums_jit)(part)
       except TypeError:  # a precompiled function rejects other avals.
-        values = _checksums_jit(part)
+        values = fmt.checksums_jit(part)
       for i, v in zip(index, jax.device_get(values), strict=True):
         out[i] = int(v)
     return out
@@ -434,11 +326,11 @@ class Checkpointer:
       'format': _FORMAT,
       'step': int(step),
       'time': time.time(),
-      'extras': _encode(dict(extras or {}), (), arrays),
-      'extras_arrays': {k: _host_checksum(v) for k, v in arrays.items()},
+      'extras': fmt.encode_extras(dict(extras or {}), (), arrays),
+      'extras_arrays': {k: fmt.host_checksum(v) for k, v in arrays.items()},
     }
     items: dict[str, Any] = {}
-    flats = {'params': _flat(params), 'opt_state': _flat(opt_state)}
+    flats = {'params': fmt.flat(params), 'opt_state': fmt.flat(opt_state)}
     # One call over both trees: the function restore_latest compiled.
     sums = self._checksums([x for _, leaves, _ in flats.values() for x in leaves])
     for name, (paths, leaves, _) in flats.items():
@@ -449,7 +341,7 @@ class Checkpointer:
       }
       sums = sums[len(leaves) :]
       if leaves:  # orbax cannot write an empty tree (optax's EmptyState).
-        items[name] = ocp.args.PyTreeSave(_nest(paths, leaves))
+        items[name] = ocp.args.PyTreeSave(fmt.nest(paths, leaves))
     if arrays:
       items['extras_arrays'] = ocp.args.PyTreeSave(arrays)
     items['meta'] = ocp.args.JsonSave(meta)
@@ -483,9 +375,9 @@ class Checkpointer:
       CheckpointMismatchError: (a ValueError) a checkpoint's leaf paths or
         shapes differ from the target: a changed config, not a corrupt file.
     """
-    targets = {'params': _flat(abstract_params)}
+    targets = {'params': fmt.flat(abstract_params)}
     if abstract_opt_state is not None:
-      targets['opt_state'] = _flat(abstract_opt_state)
+      targets['opt_state'] = fmt.flat(abstract_opt_state)
     self._checksums([x for _, leaves, _ in targets.values() for x in leaves], True)
     self._warn_unfinished()
     for step in reversed(self.steps()):
@@ -531,7 +423,7 @@ class Checkpointer:
           f'config?): {[(k, ours.get(k), theirs.get(k)) for k in diff[:4]]}'
         )
       if leaves:
-        target = _nest(paths, leaves)
+        target = fmt.nest(paths, leaves)
         restore_args = ocp.checkpoint_utils.construct_restore_args(target)
         items[name] = ocp.args.PyTreeRestore(target, restore_args=restore_args)
     if meta['extras_arrays']:
@@ -543,9 +435,9 @@ class Checkpointer:
       trees[name] = jax.tree_util.tree_unflatten(treedef, values)
     arrays = dict(restored['extras_arrays']) if meta['extras_arrays'] else {}
     for key, crc in meta['extras_arrays'].items():
-      if key not in arrays or _host_checksum(np.asarray(arrays[key])) != crc:
+      if key not in arrays or fmt.host_checksum(np.asarray(arrays[key])) != crc:
         raise CorruptCheckpointError(f'extras array {key} does not match its checksum')
-    extras = _decode(meta['extras'], arrays)
+    extras = fmt.decode_extras(meta['extras'], arrays)
     return trees, meta, extras
 
   def _verify(self, step: int, trees: dict, meta: dict, extras: dict) -> tuple:
