@@ -33,8 +33,9 @@ an override to every run, after the entry's own (the paper configs need
 
 Every run's config is built (with its overrides) before anything is printed
 or started, so a typo fails at once. Locally, `--run` skips runs whose
-workdir already holds a finished summary.json and resumes the others (main
-resumes from the latest checkpoint). With `--tpu POD --run`, each run is
+workdir already holds a finished summary.json made with the same config (a
+different saved config.json stops the sweep, naming the keys) and resumes
+the others (main resumes from the latest checkpoint). With `--tpu POD --run`, each run is
 started with `./launch_tpu.sh --name POD run ...` and polled with `status`
 until no worker holds a job, then the next one starts.
 """
