@@ -77,6 +77,15 @@ def to_python(value: Any) -> Any:
   raise TypeError(f'Cannot log a value of type {type(value).__name__}: {value!r}')
 
 
+def config_json(config: Any) -> dict[str, Any]:
+  """A run config (ConfigDict or dict) as the plain JSON `DIR/config.json` holds."""
+  raw = config.to_dict() if hasattr(config, 'to_dict') else dict(config)
+  try:
+    return to_python(raw)
+  except TypeError:  # e.g. a dtype in the config: keep its repr.
+    return json.loads(json.dumps(raw, default=str))
+
+
 # ------------------------------------------------------------------------------
 # TensorBoard event records, written by hand.
 # ------------------------------------------------------------------------------
@@ -266,11 +275,7 @@ class MetricsWriter:
     self._files = [self._metrics, self._samples]
     config_dict = None
     if config is not None:
-      raw = config.to_dict() if hasattr(config, 'to_dict') else dict(config)
-      try:
-        config_dict = to_python(raw)
-      except TypeError:  # e.g. a dtype in the config: keep its repr.
-        config_dict = json.loads(json.dumps(raw, default=str))
+      config_dict = config_json(config)
       (self.workdir / CONFIG_FILE).write_text(json.dumps(config_dict, indent=2))
     if tensorboard:
       # A fresh file per writer: TensorBoard reads all tfevents files in name

@@ -238,15 +238,15 @@ def config_mismatch(run: Run) -> list[str]:
   was made with the same config; otherwise a changed default would be mixed
   silently with runs of the old one.
   """
-  path = os.path.join(run.workdir, 'config.json')
+  from ada_jax import metrics
+
+  path = os.path.join(run.workdir, metrics.CONFIG_FILE)
   if not os.path.isfile(path):
-    return ['config.json: absent']
+    return [f'{metrics.CONFIG_FILE}: absent']
   with open(path) as f:
     saved = json.load(f)
-  want = json.loads(
-    json.dumps(build_config(run.config, run.overrides).to_dict(), default=str)
-  )
-  return _diff(saved, want)
+  # Serialized as the run wrote it, so equal configs compare equal.
+  return _diff(saved, metrics.config_json(build_config(run.config, run.overrides)))
 
 
 def _tpu_busy(tpu: str, runner: Callable[..., Any]) -> bool:

@@ -81,7 +81,7 @@ def lr_at(
     frac = (step - warmup) / max(total - warmup, 1)
     # math, not jnp: an eager jnp op on host data compiles mid-run.
     return peak * 0.5 * (1 + math.cos(math.pi * min(max(frac, 0.0), 1.0)))
-  raise ValueError(f'unknown lr schedule {schedule!r} (constant | cosine)')
+  raise ValueError(f'unknown lr schedule {schedule!r} (one of {LR_SCHEDULES})')
 
 
 def _set_lr(opt_state: Any, lr: Array) -> Any:
