@@ -43,7 +43,7 @@ def fit(trainer: train.Trainer) -> dict[str, Any]:
     # (their sampling is collective), whatever its own disk holds.
     if multihost.broadcast_from_main('before_rl' not in summary):
       summary['before_rl'] = {
-        'eval_accuracy': trainer.evaluate(),
+        **trainer.evaluate(),
         'pass_rate_histogram': trainer.pass_rate_histogram(),
       }
       if is_main:
@@ -54,9 +54,7 @@ def fit(trainer: train.Trainer) -> dict[str, Any]:
             summary['before_rl']['pass_rate_histogram'],
           )
         )
-        print(
-          f'greedy test accuracy before RL: {summary["before_rl"]["eval_accuracy"]:.3f}'
-        )
+        print(f'greedy test accuracy before RL: {_accuracy(summary["before_rl"])}')
     bar = tqdm(
       range(trainer.step + 1, rl.steps + 1),
       desc=f'rl/{rl.controller["rule"]}',
@@ -65,7 +63,7 @@ def fit(trainer: train.Trainer) -> dict[str, Any]:
     for step in bar:
       row = trainer.rl_step()
       if rl.eval_every and step % rl.eval_every == 0 and step != rl.steps:
-        row['eval_accuracy'] = trainer.evaluate()
+        row.update(trainer.evaluate())
       writer.write(step, row, phase='rl')
       bar.set_postfix(
         r1=f'{row["reward_round1_mean"]:.2f}',
@@ -79,7 +77,7 @@ def fit(trainer: train.Trainer) -> dict[str, Any]:
         return summary
     summary.pop('preempted_at', None)
     summary['after_rl'] = {
-      'eval_accuracy': trainer.evaluate(),
+      **trainer.evaluate(),
       'pass_rate_histogram': trainer.pass_rate_histogram(),
     }
     summary['steps'] = trainer.step
@@ -98,14 +96,20 @@ def fit(trainer: train.Trainer) -> dict[str, Any]:
           summary['after_rl']['pass_rate_histogram'],
         )
       )
-      before, after = (
-        summary['before_rl']['eval_accuracy'],
-        summary['after_rl']['eval_accuracy'],
+      print(
+        f'greedy test accuracy: before RL {_accuracy(summary["before_rl"])}'
+        f' -> after RL {_accuracy(summary["after_rl"])}'
       )
-      print(f'greedy test accuracy: before RL {before:.3f} -> after RL {after:.3f}')
     return summary
   finally:
     writer.flush()
     if trainer.ckpt is not None:
       trainer.ckpt.wait()
       trainer.ckpt.restore_signal_handlers()
+
+
+def _accuracy(result: dict[str, float]) -> str:
+  """`0.312 (boxed 97%)`: accuracy with the share of readable answers."""
+  boxed = result.get('eval_boxed_frac')  # Absent in summaries of older runs.
+  tail = '' if boxed is None else f' (boxed {boxed:.0%})'
+  return f'{result["eval_accuracy"]:.3f}{tail}'

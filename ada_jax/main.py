@@ -116,6 +116,12 @@ def validate(c) -> None:
         f'config {key}={value!r}: unknown learning-rate schedule '
         f'(one of {update.LR_SCHEDULES})'
       )
+  boxed_share = c.sft.get('boxed_share', 1.0)
+  if not 0.0 < boxed_share <= 1.0:
+    raise ValueError(
+      f'config sft.boxed_share={boxed_share}: the share of boxed SFT '
+      'demonstrations must be in (0, 1]'
+    )
   if rl.rule == 'balance' and rl.group_size % 2:
     raise ValueError(
       f'config rl.group_size={rl.group_size}: balance needs an even group size'

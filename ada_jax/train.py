@@ -37,6 +37,7 @@ from ada_jax import (
   rounds,
   sharding,
   update,
+  verifier,
 )
 from ada_jax import checkpoint as checkpoint_lib
 from ada_jax import metrics as metrics_lib
@@ -54,6 +55,9 @@ class SFTSettings:
   lr: float = 1e-3
   warmup: int = 0
   lr_schedule: str = 'constant'  # or 'cosine' (to 0 at the last SFT step)
+  # Share of drawn demonstrations with a boxed answer; the rest give the bare
+  # answer (an imperfect teacher, see sft.py). 1.0: always boxed.
+  boxed_share: float = 1.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -254,17 +258,20 @@ class Trainer:
     if self.sft_done:
       return
     rs = np.random.RandomState(self.seed + 1)
-    seqs, masks, targets = sft_lib.teacher_forcing_rows(
-      self.tok,
-      self.sft_examples if self.sft_examples is not None else self.train_examples,
-      prompt_len=self.bucket,
-      max_new_tokens=self.rl.rounds.max_new_tokens,
-    )
+    examples = self.train_examples if self.sft_examples is None else self.sft_examples
+    kw = dict(prompt_len=self.bucket, max_new_tokens=self.rl.rounds.max_new_tokens)
+    boxed = sft_lib.teacher_forcing_rows(self.tok, examples, **kw)
+    # The imperfect teacher: each drawn row is bare with 1 - boxed_share.
+    bare = None
+    if self.sft.boxed_share < 1:
+      bare = sft_lib.teacher_forcing_rows(self.tok, examples, boxed=False, **kw)
     opt = update.make_optimizer()
     sft_update, opt_state = self._pinned_update(opt, update.sft_update_pinned)
     bar = tqdm(range(1, self.sft.steps + 1), desc='sft', leave=False)
     for step in bar:
-      idx = rs.randint(0, len(seqs), self.sft.batch_size)
+      batch = sft_lib.draw_batch(
+        rs, boxed, bare, self.sft.batch_size, self.sft.boxed_share
+      )
       lr = update.lr_at(
         step,
         peak=self.sft.lr,
@@ -277,9 +284,7 @@ class Trainer:
         opt,
         self.state,
         opt_state,
-        seqs[idx],
-        masks[idx],
-        targets[idx],
+        *batch,
         jnp.float32(lr),
       )
       if step % 25 == 0 or step == self.sft.steps:
@@ -324,15 +329,23 @@ class Trainer:
     )
     return correct, texts
 
-  def evaluate(self) -> float:
-    """Greedy accuracy on the held-out split."""
+  def evaluate(self) -> dict[str, float]:
+    """Greedy accuracy on the held-out split, and how often an answer was boxed.
+
+    `eval_boxed_frac` (responses with a `\\boxed{}` answer the verifier can
+    read) tells format failures from wrong answers.
+    """
     ex = self.eval_examples
     if self.rl.eval_max_prompts:
       ex = ex[: self.rl.eval_max_prompts]
-    correct, _ = self._score(
+    correct, texts = self._score(
       ex, k=1, temperature=0.0, rng=jax.random.key(0), progress='eval'
     )
-    return float(correct.mean())
+    boxed = [verifier.extract(t[0]) is not None for t in texts]
+    return {
+      'eval_accuracy': float(correct.mean()),
+      'eval_boxed_frac': float(np.mean(boxed)),
+    }
 
   def pass_rate_histogram(self) -> list[tuple[str, int]]:
     """Pass rates of k samples (temperature of the run) on train prompts."""

@@ -148,6 +148,7 @@ def run(c, workdir, *, verify_fn=hash_verify, trainer_hook=None) -> Run:
     ('', lambda c: setattr(c.rl, 'schedule', 'greedy'), 'rl.schedule'),
     ('', lambda c: setattr(c.rl, 'lr_schedule', 'linear'), 'rl.lr_schedule'),
     ('', lambda c: setattr(c.sft, 'lr_schedule', 'cos'), 'sft.lr_schedule'),
+    ('', lambda c: setattr(c.sft, 'boxed_share', 0.0), 'sft.boxed_share'),
     ('', lambda c: setattr(c.sampling, 'max_new_tokens', 60), 'max_new_tokens'),
     (
       'variant=pos',
@@ -162,6 +163,7 @@ def run(c, workdir, *, verify_fn=hash_verify, trainer_hook=None) -> Run:
     'schedule',
     'lr_schedule',
     'sft_lr_schedule',
+    'sft_boxed_share',
     'length',
     'spr',
   ],
@@ -227,7 +229,9 @@ def test_two_step_run_on_2x2x2_mesh(data_dir, tmp_path):
   assert not same_params(*r.step_params[2])
   assert not same_params(r.params_before, r.params_after)
   assert r.summary['steps'] == 2
-  assert 'after_rl' in r.summary
+  for part in ('before_rl', 'after_rl'):
+    # (The hash bit rewards unboxed answers too: no order between the two.)
+    assert {'eval_accuracy', 'eval_boxed_frac'} <= set(r.summary[part])
   assert (tmp_path / 'wd' / 'samples.jsonl').read_text().strip()
 
 
@@ -306,6 +310,18 @@ def test_kill_and_resume_equals_uninterrupted(full_run, preempted_run):
   assert not same_params(full_run.params_before, full_run.params_after)
   for part in ('before_rl', 'after_rl'):
     assert json.dumps(full_run.summary[part]) == json.dumps(resumed.summary[part])
+
+
+def test_evaluate_counts_boxed_answers(full_run, monkeypatch):
+  texts = ['\\boxed{3}', '3', '\\boxed{4', 'so \\boxed{5}']
+  correct = np.array([[True], [False], [False], [False]])
+
+  def fake_score(examples, **kw):
+    assert kw['k'] == 1 and kw['temperature'] == 0.0  # Greedy.
+    return correct, [[t] for t in texts]
+
+  monkeypatch.setattr(full_run.trainer, '_score', fake_score)
+  assert full_run.trainer.evaluate() == {'eval_accuracy': 0.25, 'eval_boxed_frac': 0.5}
 
 
 def test_sigterm_during_sft_stops_it_and_resume_reruns_it(data_dir, tmp_path):
