@@ -124,6 +124,7 @@ def test_tiny_arith_values_unchanged_by_arg_parsing():
     1e-3,
   )
   assert (c.data.levels, c.data.balance_levels, c.sft.steps) == ('0,1,4-7', True, 1000)
+  assert (c.sft.lr_schedule, c.sft.boxed_share) == ('cosine', 0.4)
   assert tiny.get_config('tpu=v4-32,variant=balance').to_dict() == c.to_dict()
   assert tiny.get_config('seed=3').seed == 3
   assert tiny.get_config('variant=grpo').rl.slots == 128
