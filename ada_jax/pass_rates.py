@@ -44,8 +44,8 @@ def sample_and_score(
   verifier_workers: int | None = None,
   verify_fn: Callable[..., np.ndarray] | None = None,
   progress: str | None = None,
-) -> tuple[np.ndarray, list[list[str]]]:
-  """Correctness [Q, k] of k sampled answers per prompt, and the responses.
+) -> tuple[np.ndarray, np.ndarray]:
+  """Correctness [Q, k] of k sampled answers per prompt, and which were boxed.
 
   Args:
     model: the policy (sampling layout).
@@ -67,13 +67,15 @@ def sample_and_score(
     progress: a tqdm description, or None for no bar.
 
   Returns:
-    (bool [Q, k], responses [Q][k]); multi-host, the responses of the slots
-    other hosts held are empty strings.
+    (correct bool [Q, k], boxed bool [Q, k]): boxed marks a response with a
+    `\\boxed{}` answer the verifier can read (a wrong answer in the right
+    format). Each host decodes only the slots it holds; both arrays are
+    all-gathered, so every host gets all of them.
   """
   verify_fn = verify_fn or verifier.verify_batch
   q, p = prompt_tokens.shape
   correct = np.zeros((q, k), bool)
-  texts: list[list[str]] = [[''] * k for _ in range(q)]
+  boxed = np.zeros((q, k), bool)
   eos = sampler.eos_array(eos_ids)
   starts = range(0, q, slots)
   for c, start in enumerate(
@@ -113,11 +115,13 @@ def sample_and_score(
         timeout_s=verifier_timeout_s,
         workers=verifier_workers,
       )
-      merged = multihost.gather_rows(held[mine], np.asarray(scores, np.float32), slots)
-      correct[rows, j] = merged[: len(rows)] > 0
-      for i, text in zip(held[mine], resp, strict=True):
-        texts[rows[i]][j] = text
-  return correct, texts
+      has_box = [verifier.extract(t) is not None for t in resp]
+      # One collective for both: [slots held here, (score, boxed)].
+      local = np.stack([np.asarray(scores, np.float32), np.asarray(has_box)], -1)
+      merged = multihost.gather_rows(held[mine], local, slots)
+      correct[rows, j] = merged[: len(rows), 0] > 0
+      boxed[rows, j] = merged[: len(rows), 1] > 0
+  return correct, boxed
 
 
 def histogram(pass_rate: np.ndarray, bins: int = 8) -> list[tuple[str, int]]:

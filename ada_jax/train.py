@@ -37,7 +37,6 @@ from ada_jax import (
   rounds,
   sharding,
   update,
-  verifier,
 )
 from ada_jax import checkpoint as checkpoint_lib
 from ada_jax import metrics as metrics_lib
@@ -310,7 +309,7 @@ class Trainer:
   def _score(self, examples, *, k, temperature, rng, progress=None):
     tokens, mask = self.encode(examples)
     r = self.rl.rounds
-    correct, texts = pass_rates.sample_and_score(
+    return pass_rates.sample_and_score(
       self.sampling_model(),
       self.tok,
       tokens,
@@ -327,7 +326,6 @@ class Trainer:
       verify_fn=self.verify_fn,
       progress=progress,
     )
-    return correct, texts
 
   def evaluate(self) -> dict[str, float]:
     """Greedy accuracy on the held-out split, and how often an answer was boxed.
@@ -338,13 +336,12 @@ class Trainer:
     ex = self.eval_examples
     if self.rl.eval_max_prompts:
       ex = ex[: self.rl.eval_max_prompts]
-    correct, texts = self._score(
+    correct, boxed = self._score(
       ex, k=1, temperature=0.0, rng=jax.random.key(0), progress='eval'
     )
-    boxed = [verifier.extract(t[0]) is not None for t in texts]
     return {
       'eval_accuracy': float(correct.mean()),
-      'eval_boxed_frac': float(np.mean(boxed)),
+      'eval_boxed_frac': float(boxed.mean()),
     }
 
   def pass_rate_histogram(self) -> list[tuple[str, int]]:

@@ -24,6 +24,7 @@ import os
 import pathlib
 import signal
 import sys
+import zlib
 from collections.abc import Sequence
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
@@ -35,6 +36,7 @@ import numpy as np  # noqa: E402
 
 from ada_jax import data, loop, rounds, train  # noqa: E402
 from ada_jax import main as main_lib  # noqa: E402
+from ada_jax import tokenizer as tokenizer_lib  # noqa: E402
 from tests import test_train  # noqa: E402
 
 _HOST0, _HOST1 = 'h0:', 'h1:'
@@ -43,7 +45,8 @@ _HOST0, _HOST1 = 'h0:', 'h1:'
 def config(data_dir: str, steps: int = 2):
   """The shrunk tiny config (test_train): no SFT, no mid-run evaluation."""
   c = test_train.tiny_config(data_dir, steps=steps, eval_every=0, warmup=0)
-  c.rl.eval_max_prompts, c.rl.histogram_prompts = 8, 8
+  # 40 of the 64 eval slots: both hosts hold some (process 0 holds 0..31).
+  c.rl.eval_max_prompts, c.rl.histogram_prompts = 40, 8
   return c
 
 
@@ -63,6 +66,30 @@ def tag_by_half(trainer: train.Trainer, steps: Sequence[int]) -> None:
       for k, i in enumerate(idx):
         tag = _HOST0 if k < b // 2 else _HOST1
         ex[i] = dataclasses.replace(ex[i], reference=tag + ex[i].reference)
+
+
+def box_some_eval_answers(trainer: train.Trainer) -> None:
+  """Boxes about half the decoded answers (by content) during evaluations.
+
+  A random policy never writes `\\boxed{`, so the boxed share would be 0
+  on one host and on two alike; with some boxed, a host counting only its
+  own slots shows.
+  """
+  evaluate = trainer.evaluate
+  decode = tokenizer_lib.Tokenizer.decode
+
+  def some_boxed(self, ids, **kw):
+    text = decode(self, ids, **kw)
+    return f'\\boxed{{{text}}}' if zlib.crc32(text.encode()) % 2 else text
+
+  def evaluate_boxing_some():
+    tokenizer_lib.Tokenizer.decode = some_boxed
+    try:
+      return evaluate()
+    finally:
+      tokenizer_lib.Tokenizer.decode = decode
+
+  trainer.evaluate = evaluate_boxing_some
 
 
 def verify(responses, references, *, timeout_s=2.0, workers=None):
@@ -116,6 +143,7 @@ def record_run(
   main_lib.validate(c)
   trainer = main_lib.build_trainer(c, workdir, verify_fn=verify_fn)
   holder['trainer'] = trainer
+  box_some_eval_answers(trainer)
   tag_by_half(trainer, exit_steps)
   record: dict[str, np.ndarray] = {}
   run_step = rounds.run_step

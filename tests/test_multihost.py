@@ -15,6 +15,7 @@ rounds. Each step's rewards, training tokens and round count, and the final
 params, must match the single-process run.
 """
 
+import json
 import os
 import pathlib
 import socket
@@ -187,3 +188,17 @@ def test_metrics_are_global_and_written_once(reference, two_process):
   for a, b in zip(rows, single, strict=True):
     for key in ('reward_round1_mean', 'samples_drawn', 'response_len_mean', 'loss'):
       assert a[key] == pytest.approx(b[key], rel=1e-5, abs=1e-6), key
+
+
+def test_evaluations_are_global(reference, two_process):
+  # Process 0 writes the summary; its evaluations must count every host's
+  # slots (scores and boxed answers alike), as one process does.
+  _, _, workdir = two_process
+  two = json.loads((workdir / 'summary.json').read_text())
+  one_dir = pathlib.Path(reference['workdir'].item())
+  one = json.loads((one_dir / 'summary.json').read_text())
+  for part in ('before_rl', 'after_rl'):
+    for key in ('eval_accuracy', 'eval_boxed_frac', 'pass_rate_histogram'):
+      assert two[part][key] == one[part][key], (part, key)
+    # multihost_worker boxes about half the answers: the count is not trivial.
+    assert 0 < one[part]['eval_boxed_frac'] < 1, one[part]

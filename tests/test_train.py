@@ -10,6 +10,7 @@ mesh and shapes where they can, so that compiled programs are shared.
 
 import dataclasses
 import importlib.util
+import itertools
 import json
 import os
 import pathlib
@@ -23,6 +24,7 @@ import pytest
 from ada_jax import adaptive, compiles, data, loop, train, verifier
 from ada_jax import main as main_lib
 from ada_jax import metrics as metrics_lib
+from ada_jax import tokenizer as tokenizer_lib
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 # Timings and compile counts differ between a run and its resumed twin.
@@ -313,15 +315,30 @@ def test_kill_and_resume_equals_uninterrupted(full_run, preempted_run):
 
 
 def test_evaluate_counts_boxed_answers(full_run, monkeypatch):
+  # The real evaluation path (sampler, decode, verify, gather), with canned
+  # decoded responses: right or wrong, boxed or bare, a box left unclosed.
   texts = ['\\boxed{3}', '3', '\\boxed{4', 'so \\boxed{5}']
-  correct = np.array([[True], [False], [False], [False]])
-
-  def fake_score(examples, **kw):
-    assert kw['k'] == 1 and kw['temperature'] == 0.0  # Greedy.
-    return correct, [[t] for t in texts]
-
-  monkeypatch.setattr(full_run.trainer, '_score', fake_score)
-  assert full_run.trainer.evaluate() == {'eval_accuracy': 0.25, 'eval_boxed_frac': 0.5}
+  calls = itertools.count()
+  monkeypatch.setattr(
+    tokenizer_lib.Tokenizer, 'decode', lambda self, ids, **kw: texts[next(calls) % 4]
+  )
+  t = full_run.trainer
+  monkeypatch.setattr(
+    t,
+    'verify_fn',
+    lambda responses, refs, **kw: np.array([r == texts[0] for r in responses]),
+  )
+  result = t.evaluate()
+  n = next(calls)  # One decode per evaluated problem (greedy, k=1).
+  assert n == len(t.eval_examples[: t.rl.eval_max_prompts or None]) > 4
+  seen = [texts[i % 4] for i in range(n)]
+  assert result == {
+    'eval_accuracy': pytest.approx(seen.count(texts[0]) / n),
+    'eval_boxed_frac': pytest.approx(
+      sum(verifier.extract(x) is not None for x in seen) / n
+    ),
+  }
+  assert 0 < result['eval_accuracy'] < result['eval_boxed_frac'] < 1
 
 
 def test_sigterm_during_sft_stops_it_and_resume_reruns_it(data_dir, tmp_path):
