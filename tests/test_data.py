@@ -223,6 +223,109 @@ def test_missing_manual_dir_names_path_and_contents(tmp_path, tiny_tok):
     data.load_examples('ada_math_local/nope', 'test', **kw)
 
 
+def _load_math_local(tmp_path, tok, config, split, **kw):
+  """Builds `config` from `tmp_path/manual`; returns (examples, our warnings)."""
+  with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter('always')
+    examples = data.load_examples(
+      f'ada_math_local/{config}',
+      split,
+      data_dir=tmp_path / 'tfds',
+      manual_dir=tmp_path / 'manual',
+      tokenizer=tok,
+      **kw,
+    )
+  return examples, [str(w.message) for w in caught if 'bad rows' in str(w.message)]
+
+
+def _load_error(tmp_path, tok, config, split, **kw) -> str:
+  """The message of the ValueError that building `config` stops with."""
+  with pytest.raises(ValueError) as info:
+    _load_math_local(tmp_path, tok, config, split, **kw)
+  message = str(info.value)
+  assert '\n' not in message.strip(), message  # One line, as the user sees it.
+  return message
+
+
+def test_non_utf8_line_is_a_bad_row_and_the_rest_of_the_file_loads(tmp_path, tiny_tok):
+  path = tmp_path / 'manual' / 'hard_1p5b' / 'rows.jsonl'
+  path.parent.mkdir(parents=True)
+  path.write_bytes(
+    b'\xef\xbb\xbf{"problem": "first", "gt": "1"}\n'  # A BOM is not a bad byte.
+    b'{"problem": "b\xff", "gt": "2"}\n'  # Latin-1 residue: 0xff at column 15.
+    b'{"problem": "caf\xc3\xa9", "gt": "3"}\r\n'  # Valid UTF-8, CRLF ending.
+  )
+  examples, ours = _load_math_local(tmp_path, tiny_tok, 'hard_1p5b', 'train')
+  assert sorted(e.problem for e in examples) == ['café', 'first']
+  assert len(ours) == 1 and '\n' not in ours[0]
+  assert 'skipped 1 bad rows' in ours[0]
+  assert f'{path}:2 (not UTF-8 (byte 0xff at column 15))' in ours[0]
+
+
+def test_malformed_json_array_fails_naming_file_line_and_column(tmp_path, tiny_tok):
+  path = tmp_path / 'manual' / 'math500' / 'test.json'
+  path.parent.mkdir(parents=True)
+  # A copy cut short after the second element's key.
+  path.write_text('[{"problem": "a", "answer": "1"},\n {"problem": "b", "answer": ')
+  message = _load_error(tmp_path, tiny_tok, 'math500', 'test')
+  assert message.startswith('ada_math_local/math500: ')
+  assert str(path) in message and 'line 2 column 29' in message
+  # The same for a .json that is neither an array nor JSONL.
+  path.write_text('{\n  "problem": "a",\n  "answer": 1,,\n}\n')
+  message = _load_error(tmp_path, tiny_tok, 'math500', 'test')
+  assert str(path) in message and 'line 3 column 15' in message
+  # And for an array with a byte that is not UTF-8.
+  path.write_bytes(b'[\n {"problem": "\xe9", "answer": "1"}\n]\n')
+  message = _load_error(tmp_path, tiny_tok, 'math500', 'test')
+  assert str(path) in message and 'byte 0xe9 at line 2 column 15' in message
+
+
+def test_json_file_in_jsonl_form_counts_its_bad_lines(tmp_path, tiny_tok):
+  path = tmp_path / 'manual' / 'math500' / 'test.json'
+  _write_jsonl(path, [{'problem': 'a', 'answer': '1'}, '{"problem": "b",\n'])
+  examples, ours = _load_math_local(tmp_path, tiny_tok, 'math500', 'test')
+  assert [e.problem for e in examples] == ['a']
+  assert len(ours) == 1 and f'{path}:2 (invalid JSON (' in ours[0]
+
+
+def test_metadata_json_object_is_reported_naming_the_file(tmp_path, tiny_tok):
+  folder = tmp_path / 'manual' / 'math500'
+  _write_jsonl(folder / 'data' / 'test.jsonl', [{'problem': 'a', 'answer': '1'}])
+  meta = folder / 'dataset_infos.json'
+  # As HF writes it: one object over many lines, no row fields.
+  meta.write_text(json.dumps({'default': {'features': {'problem': {}}}}, indent=2))
+  examples, ours = _load_math_local(tmp_path, tiny_tok, 'math500', 'test')
+  assert [e.problem for e in examples] == ['a']
+  assert len(ours) == 1 and '\n' not in ours[0]
+  assert 'skipped 1 bad rows' in ours[0]  # The file, not each of its lines.
+  assert f'{meta}:1 (' in ours[0] and 'metadata' in ours[0] and 'delete' in ours[0]
+  # Alone, it stops the build with the same advice.
+  (folder / 'data' / 'test.jsonl').unlink()
+  message = _load_error(tmp_path, tiny_tok, 'math500', 'test', rebuild=True)
+  assert 'zero valid rows' in message and f'{meta}:1 (' in message
+  assert 'delete' in message
+
+
+@pytest.mark.parametrize('damage', ['garbage', 'truncated', 'corrupt_page'])
+def test_unreadable_parquet_fails_naming_the_file(tmp_path, tiny_tok, damage):
+  path = tmp_path / 'manual' / 'hard_7b' / 'train-00000-of-00001.parquet'
+  path.parent.mkdir(parents=True)
+  pq.write_table(pa.table({'problem': ['1+1?'] * 50, 'gt': ['2'] * 50}), path)
+  good = path.read_bytes()
+  first_page = pq.ParquetFile(path).metadata.row_group(0).column(0).data_page_offset
+  path.write_bytes(
+    {
+      'garbage': b'not parquet at all\n',
+      'truncated': good[: len(good) // 2],
+      # Footer intact, a page header overwritten: pyarrow's error has no path.
+      'corrupt_page': (good[:first_page] + b'\xab' * 30 + good[first_page + 30 :]),
+    }[damage]
+  )
+  message = _load_error(tmp_path, tiny_tok, 'hard_7b', 'train')
+  assert message.startswith('ada_math_local/hard_7b: ')
+  assert str(path) in message and 'Parquet' in message
+
+
 def test_last_boxed():
   assert ada_math_local.last_boxed('a \\boxed{1} b \\boxed{x^{2}}') == 'x^{2}'
   assert ada_math_local.last_boxed('no box') is None

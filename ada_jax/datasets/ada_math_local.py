@@ -10,13 +10,34 @@ set `problem`/`answer`, raw sources `prompt`/`solution`, where the reference
 is the last `\boxed{...}` of the solution. Dotted names reach into nested
 columns (`reward_model.ground_truth` in verl parquet files).
 
-Bad rows (missing or empty problem or answer, unparsable JSON) are skipped
-and reported in one warning with file and line; zero valid rows is an error
-that names the files.
+Formats: `.jsonl` holds one JSON object per line; `.json` holds a JSON array
+of rows, a single row, or JSONL (as `datasets`' `to_json` writes it);
+`.parquet` is read whole with pyarrow. JSON text is UTF-8 (a leading BOM is
+ignored).
+
+Bad input costs only what is bad, and is always reported:
+
+- A bad row is skipped: missing or empty problem or answer, or a JSONL line
+  that is not UTF-8 or not JSON (a `.json` in JSONL form included). All are
+  counted in one warning, each with `file:line` and the reason; zero valid
+  rows is an error that names the files and the first bad rows.
+- A `.json` that is one JSON object but not a row (metadata such as
+  `dataset_infos.json`) is one such bad row, reported with the advice to
+  delete the file, not one per line of it.
+- A file that cannot be read as a whole stops the build with a one-line error
+  naming it: a Parquet file pyarrow rejects (truncated, damaged, not Parquet),
+  a JSON array that does not parse (with the line and column of the first
+  error), a `.json` that is neither JSON nor JSONL. These stop rather than
+  skip because TFDS caches the prepared set: a build that quietly left out a
+  cut-short copy would stay short on every later load. A JSON array is not
+  read up to its first error for the same reason, and because what follows a
+  syntax error cannot be split into rows reliably; JSONL can, so it is the
+  format to prefer for hand-made files.
 """
 
 from __future__ import annotations
 
+import codecs
 import dataclasses
 import json
 import os
@@ -189,30 +210,116 @@ def parse_row(
   }, ''
 
 
-def read_rows(path: str) -> Iterator[tuple[int, Any]]:
-  """(line or row number from 1, row) of a JSONL, JSON array or Parquet file.
+class BadFileError(ValueError):
+  """A data file that cannot be read as a whole; the message names it."""
 
-  A JSONL line that does not parse yields the `ValueError` as its row, so the
-  caller counts it with the other bad rows.
+
+class _WholeFile(dict):
+  """A `.json` file that is one JSON object, not an array or JSONL rows.
+
+  Marks the row so that, if it is not a valid row, the report can say what
+  the file probably is (metadata) and what to do (delete it).
   """
-  if path.endswith('.parquet'):
-    import pyarrow.parquet as pq  # Imported here: only Parquet users pay for it.
 
-    for i, row in enumerate(pq.read_table(path).to_pylist(), start=1):
-      yield i, row
-    return
-  with open(path, encoding='utf-8') as f:
-    text = f.read()
-  if path.endswith('.json') and text.lstrip().startswith('['):
-    yield from enumerate(json.loads(text), start=1)
-    return
-  for i, line in enumerate(text.splitlines(), start=1):
+
+def _one_line(text: str) -> str:
+  return ' '.join(text.split())
+
+
+def _utf8_error_at(data: bytes, e: UnicodeDecodeError) -> str:
+  """Where `data` stops being UTF-8, as `byte 0x.. at line L column C`."""
+  line = data.count(b'\n', 0, e.start) + 1
+  column = e.start - data.rfind(b'\n', 0, e.start)  # rfind is -1 on line 1.
+  return f'byte 0x{data[e.start]:02x} at line {line} column {column}'
+
+
+def _jsonl_rows(data: bytes) -> Iterator[tuple[int, Any]]:
+  """(line, row) of JSONL bytes; a bad line's row is a `ValueError`."""
+  # Split bytes, not text: a stray byte then costs its row, not the file, and
+  # `str.splitlines` would also split inside JSON strings (U+2028, U+0085).
+  for i, raw in enumerate(data.split(b'\n'), start=1):
+    try:
+      line = raw.decode('utf-8')
+    except UnicodeDecodeError as e:
+      where = f'byte 0x{raw[e.start]:02x} at column {e.start + 1}'
+      yield i, ValueError(f'not UTF-8 ({where})')
+      continue
     if not line.strip():
       continue
     try:
       yield i, json.loads(line)
-    except ValueError as e:
+    except json.JSONDecodeError as e:
       yield i, ValueError(f'invalid JSON ({e.msg})')
+
+
+def _json_rows(path: str, data: bytes) -> Iterator[tuple[int, Any]]:
+  """(row number, row) of a `.json` file: an array, one object, or JSONL."""
+  try:
+    document = json.loads(data.decode('utf-8'))
+  except UnicodeDecodeError as e:
+    where = f'not UTF-8: {_utf8_error_at(data, e)}'
+  except json.JSONDecodeError as e:
+    where = f'{e.msg} at line {e.lineno} column {e.colno}'
+  else:
+    if isinstance(document, list):
+      yield from enumerate(document, start=1)
+    else:
+      yield 1, _WholeFile(document) if isinstance(document, dict) else document
+    return
+  if data.lstrip().startswith(b'['):
+    raise BadFileError(
+      f'cannot read {path}: invalid JSON array ({where}); an array is not '
+      'read past its first error, so fix or re-copy the file, or save it as '
+      'JSONL (one object per line)'
+    )
+  # Not one JSON value: JSONL under a .json name if any line is a row, so
+  # that its bad lines are counted like a .jsonl file's.
+  rows = list(_jsonl_rows(data))
+  if not rows or any(isinstance(row, dict) for _, row in rows):
+    yield from rows
+    return
+  raise BadFileError(
+    f'cannot read {path}: neither JSON nor JSONL ({where}); fix or re-copy it'
+  )
+
+
+def _parquet_rows(path: str) -> list[dict[str, Any]]:
+  import pyarrow as pa  # Imported here: only Parquet users pay for it.
+  import pyarrow.parquet as pq
+
+  try:
+    return pq.read_table(path).to_pylist()
+  # ArrowInvalid for a bad footer; OSError for a damaged page, whose message
+  # spans lines and does not name the file.
+  except (pa.ArrowException, OSError) as e:
+    raise BadFileError(
+      f'cannot read {path} as Parquet ({_one_line(str(e))}); re-copy it'
+    ) from e
+
+
+def read_rows(path: str) -> Iterator[tuple[int, Any]]:
+  """(line or row number from 1, row) of a JSONL, JSON or Parquet file.
+
+  A JSONL line that is not UTF-8 or does not parse yields a `ValueError` as
+  its row, so the caller counts it with the other bad rows. A `.json` file
+  that is a single JSON object yields it at line 1, as a `dict` subclass
+  that `collect` recognizes.
+
+  Raises:
+    BadFileError: the file cannot be read as a whole: Parquet that pyarrow
+      rejects, a JSON array that does not parse, a `.json` that is neither
+      JSON nor JSONL. The one-line message names the file and, for JSON, the
+      line and column of the first error.
+  """
+  if path.endswith('.parquet'):
+    yield from enumerate(_parquet_rows(path), start=1)
+    return
+  with open(path, 'rb') as f:
+    data = f.read().removeprefix(codecs.BOM_UTF8)  # Windows editors add one.
+  if path.endswith('.json'):
+    yield from _json_rows(path, data)
+  else:
+    yield from _jsonl_rows(data)
 
 
 def find_files(root: str) -> list[str]:
@@ -246,7 +353,9 @@ def collect(
 
   Raises:
     FileNotFoundError: `root` is missing or holds no data file.
-    ValueError: no file has a valid row (names the files and their columns).
+    BadFileError: a file cannot be read as a whole (see `read_rows`).
+    ValueError: no file has a valid row (names the files, their columns and
+      the first bad rows).
   """
   files = find_files(root) if os.path.isdir(root) else []
   if not files:
@@ -259,23 +368,36 @@ def collect(
   columns: dict[str, list[str]] = {}
   for path in files:
     rel = os.path.relpath(path, root)
-    for line, row in read_rows(path):
+    try:
+      rows = list(read_rows(path))
+    except BadFileError as e:
+      # TFDS passes it on unchanged; the prefix says which set was building.
+      raise BadFileError(f'ada_math_local/{config.name}: {e}') from e
+    for line, row in rows:
       if isinstance(row, dict) and path not in columns:
         columns[path] = sorted(row)
       features, reason = (
         (None, str(row)) if isinstance(row, Exception) else parse_row(row, config)
       )
       if features is None:
+        if isinstance(row, _WholeFile):
+          # The README's advice for dataset_infos.json and the like.
+          reason += (
+            '; the file is one JSON object, not rows: if it is metadata '
+            '(e.g. dataset_infos.json), delete it'
+          )
         bad.append(f'{path}:{line} ({reason})')
         continue
       splits.setdefault(split_of(path, config), []).append((f'{rel}:{line}', features))
   if not splits:
     seen = '; '.join(f'{p} has columns {c}' for p, c in columns.items())
+    # The warning below is never reached, so the first reasons go here.
+    examples = f', e.g. {"; ".join(bad[:3])}' if bad else ''
     raise ValueError(
       f'ada_math_local/{config.name}: zero valid rows in {", ".join(files)} '
-      f'({len(bad)} bad rows; {seen or "no JSON objects"}). Expected the problem '
-      f'in one of {list(config.problem_fields)} and the answer in one of '
-      f'{list(config.answer_fields)} or a \\boxed{{}} in '
+      f'({len(bad)} bad rows{examples}; {seen or "no JSON objects"}). '
+      f'Expected the problem in one of {list(config.problem_fields)} and the '
+      f'answer in one of {list(config.answer_fields)} or a \\boxed{{}} in '
       f'{list(config.solution_fields)}.'
     )
   if bad:
