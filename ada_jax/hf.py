@@ -1,19 +1,32 @@
 """Hugging Face checkpoints <-> our NNX Transformer.
 
 `load_model` reads config.json and model.safetensors (or a sharded
-model.safetensors.index.json) tensor by tensor: each tensor is memory-mapped,
-transformed to our layout and placed straight into its target sharding with
-`jax.make_array_from_callback`, so the whole model never sits on one device
-or in host memory. `save_model` writes config.json, generation_config.json
-and safetensors (sharded past a size threshold) that
+model.safetensors.index.json) with the `safetensors` package. Each file is
+opened once with `safe_open(file, framework='numpy')`, which memory-maps it
+and validates its header. Each param is then built with
+`jax.make_array_from_callback`: the callback of a device reads only that
+device's block, as `get_slice(name)[hf_index]` in HF coordinates (see
+`_read_block`), and reshapes/transposes it to our layout. So the whole model
+never sits on one device or in host memory (about one tensor at most), and a
+host reads only the bytes of the shards it holds. BF16 tensors come back as
+ml_dtypes.bfloat16 arrays: the numpy backend asks numpy for the dtype named
+'bfloat16', which exists once ml_dtypes is imported.
+
+`save_model` writes config.json, generation_config.json and safetensors
+through `safetensors.numpy.save_file` (sharded past a size threshold, with
+metadata {'format': 'pt'}) that
 `transformers.AutoModelForCausalLM.from_pretrained` loads to the same logits.
+
+Errors name the file, field or tensor at fault, on one line. safetensors
+rejects a truncated file at open without naming the tensor whose bytes are
+missing, so on that path we read the header ourselves to name it.
 
 Supported: model_type qwen2 (Qwen2 / Qwen2.5 incl. -Math), qwen3, llama
 (3.x, rope_scaling 'llama3'). RoPE settings are read both in the hub form
 (`rope_theta` + `rope_scaling`) and in the `rope_parameters` form that
 transformers 5 writes.
 
-Layout (ours vs HF, D model, H heads, G KV heads, K head dim, F MLP, V vocab):
+_Layout (ours vs HF, D model, H heads, G KV heads, K head dim, F MLP, V vocab):
   q [D,H,K] <- q_proj.weight [H*K, D]     o [H,K,D] <- o_proj.weight [D, H*K]
   gate/up [D,F] <- [F,D]                  down [F,D] <- down_proj.weight [D,F]
   embed [V,D] <- embed_tokens.weight      lm_head [D,V] <- lm_head.weight [V,D]
@@ -21,20 +34,25 @@ Layout (ours vs HF, D model, H heads, G KV heads, K head dim, F MLP, V vocab):
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
+import math
 import os
+import struct
 from collections.abc import Callable, Mapping
 from typing import Any
 
 import jax
 import jax.numpy as jnp
+import ml_dtypes  # noqa: F401  Registers 'bfloat16' with numpy (BF16 tensors).
 import numpy as np
+import safetensors
+import safetensors.numpy
 from flax import nnx
 from jax.sharding import Mesh
 
 from ada_jax import model as model_lib
-from ada_jax import safetensors_io
 from ada_jax import sharding as sharding_lib
 
 SUPPORTED_TYPES = ('qwen2', 'qwen3', 'llama')
@@ -156,103 +174,234 @@ def config_to_hf(c: model_lib.ModelConfig) -> dict[str, Any]:
   return out
 
 
-# (our path suffix, HF name template, to_ours(hf_array, shape), to_hf(our_array))
-def _t2(a, shape):
-  return a.T.reshape(shape)
+# How an HF tensor's dims are made of ours: HF dim i merges (row-major) the
+# dims of ours listed in entry i, so to_hf is a transpose then a reshape. E.g.
+# q [D,H,K] <- q_proj.weight [H*K, D] is ((1, 2), (0,)).
+_Layout = tuple[tuple[int, ...], ...]
+_SAME1: _Layout = ((0,),)
+_SAME2: _Layout = ((0,), (1,))
+_MERGED: _Layout = ((0, 1),)  # [H,K] <- [H*K]
+_T: _Layout = ((1,), (0,))  # [A,B] <- [B,A]
+_QKV: _Layout = ((1, 2), (0,))  # [D,H,K] <- [H*K, D]
+_O: _Layout = ((2,), (0, 1))  # [H,K,D] <- [D, H*K]
 
-
-_LAYER_MAP: dict[tuple[str, ...], tuple[str, Callable, Callable]] = {
-  ('attn', 'q'): (
-    'self_attn.q_proj.weight',
-    _t2,
-    lambda a: a.reshape(a.shape[0], -1).T,
-  ),
-  ('attn', 'k'): (
-    'self_attn.k_proj.weight',
-    _t2,
-    lambda a: a.reshape(a.shape[0], -1).T,
-  ),
-  ('attn', 'v'): (
-    'self_attn.v_proj.weight',
-    _t2,
-    lambda a: a.reshape(a.shape[0], -1).T,
-  ),
-  ('attn', 'o'): (
-    'self_attn.o_proj.weight',
-    _t2,
-    lambda a: a.reshape(-1, a.shape[-1]).T,
-  ),
-  ('attn', 'q_bias'): ('self_attn.q_proj.bias', np.reshape, lambda a: a.reshape(-1)),
-  ('attn', 'k_bias'): ('self_attn.k_proj.bias', np.reshape, lambda a: a.reshape(-1)),
-  ('attn', 'v_bias'): ('self_attn.v_proj.bias', np.reshape, lambda a: a.reshape(-1)),
-  ('attn', 'o_bias'): ('self_attn.o_proj.bias', np.reshape, lambda a: a),
-  ('attn', 'q_norm', 'scale'): ('self_attn.q_norm.weight', np.reshape, lambda a: a),
-  ('attn', 'k_norm', 'scale'): ('self_attn.k_norm.weight', np.reshape, lambda a: a),
-  ('attn_norm', 'scale'): ('input_layernorm.weight', np.reshape, lambda a: a),
-  ('mlp_norm', 'scale'): ('post_attention_layernorm.weight', np.reshape, lambda a: a),
-  ('mlp', 'gate'): ('mlp.gate_proj.weight', _t2, lambda a: a.T),
-  ('mlp', 'up'): ('mlp.up_proj.weight', _t2, lambda a: a.T),
-  ('mlp', 'down'): ('mlp.down_proj.weight', _t2, lambda a: a.T),
+_LAYER_MAP: dict[tuple[str, ...], tuple[str, _Layout]] = {
+  ('attn', 'q'): ('self_attn.q_proj.weight', _QKV),
+  ('attn', 'k'): ('self_attn.k_proj.weight', _QKV),
+  ('attn', 'v'): ('self_attn.v_proj.weight', _QKV),
+  ('attn', 'o'): ('self_attn.o_proj.weight', _O),
+  ('attn', 'q_bias'): ('self_attn.q_proj.bias', _MERGED),
+  ('attn', 'k_bias'): ('self_attn.k_proj.bias', _MERGED),
+  ('attn', 'v_bias'): ('self_attn.v_proj.bias', _MERGED),
+  ('attn', 'o_bias'): ('self_attn.o_proj.bias', _SAME1),
+  ('attn', 'q_norm', 'scale'): ('self_attn.q_norm.weight', _SAME1),
+  ('attn', 'k_norm', 'scale'): ('self_attn.k_norm.weight', _SAME1),
+  ('attn_norm', 'scale'): ('input_layernorm.weight', _SAME1),
+  ('mlp_norm', 'scale'): ('post_attention_layernorm.weight', _SAME1),
+  ('mlp', 'gate'): ('mlp.gate_proj.weight', _T),
+  ('mlp', 'up'): ('mlp.up_proj.weight', _T),
+  ('mlp', 'down'): ('mlp.down_proj.weight', _T),
 }
-_TOP_MAP: dict[tuple[str, ...], tuple[str, Callable, Callable]] = {
-  ('embed',): ('model.embed_tokens.weight', np.reshape, lambda a: a),
-  ('final_norm', 'scale'): ('model.norm.weight', np.reshape, lambda a: a),
-  ('lm_head',): ('lm_head.weight', _t2, lambda a: a.T),
+_TOP_MAP: dict[tuple[str, ...], tuple[str, _Layout]] = {
+  ('embed',): ('model.embed_tokens.weight', _SAME2),
+  ('final_norm', 'scale'): ('model.norm.weight', _SAME1),
+  ('lm_head',): ('lm_head.weight', _T),
 }
 
 
-def _hf_entry(path: tuple) -> tuple[str, Callable, Callable]:
+def _hf_entry(path: tuple) -> tuple[str, _Layout]:
+  """(HF tensor name, layout) of the param at an nnx state path."""
   if path[0] == 'layers':
-    name, to_ours, to_hf = _LAYER_MAP[tuple(path[2:])]
-    return f'model.layers.{path[1]}.{name}', to_ours, to_hf
+    name, layout = _LAYER_MAP[tuple(path[2:])]
+    return f'model.layers.{path[1]}.{name}', layout
   return _TOP_MAP[tuple(path)]
 
 
-class _TensorIndex:
-  """name -> the file holding it, for a single file or a sharded index."""
+def _hf_shape(shape: tuple[int, ...], layout: _Layout) -> tuple[int, ...]:
+  return tuple(math.prod(shape[d] for d in group) for group in layout)
 
-  def __init__(self, path: str):
-    single = os.path.join(path, 'model.safetensors')
-    index = os.path.join(path, 'model.safetensors.index.json')
-    self._files: dict[str, safetensors_io.SafetensorsFile] = {}
+
+def _to_hf(a: np.ndarray, layout: _Layout) -> np.ndarray:
+  order = [d for group in layout for d in group]
+  return a.transpose(order).reshape(_hf_shape(a.shape, layout))
+
+
+def _bounds(
+  index: tuple[slice, ...], shape: tuple[int, ...]
+) -> tuple[tuple[int, int], ...]:
+  """(start, stop) per dim of a block index as make_array_from_callback gives it."""
+  out = []
+  for s, n in zip(index, shape, strict=True):
+    start, stop, step = s.indices(n)
+    if step != 1:
+      raise ValueError(f'strided block index {index} (shape {shape})')
+    out.append((start, stop))
+  return tuple(out)
+
+
+def _read_block(
+  read: Callable[[tuple[slice, ...]], np.ndarray],
+  shape: tuple[int, ...],
+  layout: _Layout,
+  bounds: tuple[tuple[int, int], ...],
+) -> np.ndarray:
+  """The block `bounds` of our array of `shape`, read from its HF tensor.
+
+  A block of ours is a block of HF coordinates except inside a merged dim
+  (H*K): there the rows of the outer dim's range are contiguous only with the
+  inner dims whole, so those are read whole and cut here. Our rules never
+  split an inner dim (head_dim), so in practice this reads exactly the block.
+
+  Args:
+    read: reads a block of the HF tensor, given as one slice per HF dim.
+    shape: our full shape.
+    layout: how the HF dims are made of ours.
+    bounds: (start, stop) per dim of ours.
+  """
+  hf_index, read_shape, cut = [], [], []
+  for outer, *inner in layout:
+    start, stop = bounds[outer]
+    per_row = math.prod(shape[d] for d in inner)
+    hf_index.append(slice(start * per_row, stop * per_row))
+    read_shape += [stop - start] + [shape[d] for d in inner]
+    cut += [slice(None)] + [slice(*bounds[d]) for d in inner]
+  block = read(tuple(hf_index)).reshape(read_shape)[tuple(cut)]
+  order = [d for group in layout for d in group]
+  return block.transpose(np.argsort(order))
+
+
+def _one_line(e: BaseException) -> str:
+  return ' '.join(str(e).split())
+
+
+def _bad_file_message(file: str, err: BaseException) -> str:
+  """One line naming `file` and, if it is cut short, the tensor that lost bytes.
+
+  safetensors has validated the header and refused the file, but its message
+  names neither; the header (u64 length, then JSON {name: {data_offsets}})
+  says which tensor lies past the end.
+  """
+  size = os.path.getsize(file)
+  header = None
+  with contextlib.suppress(struct.error, ValueError), open(file, 'rb') as f:
+    (n,) = struct.unpack('<Q', f.read(8))
+    if 8 + n <= size:
+      header = json.loads(f.read(n))
+  if isinstance(header, dict):
+    cut = []
+    for name, info in header.items():
+      with contextlib.suppress(TypeError, KeyError, ValueError):
+        start, end = info['data_offsets']
+        if 8 + n + end > size:
+          cut.append((start, end, name))
+    if cut:
+      _, end, name = min(cut)
+      more = f' (and {len(cut) - 1} more tensors past the end)' if len(cut) > 1 else ''
+      return (
+        f'{file}: truncated safetensors file: tensor {name!r} needs bytes up to '
+        f'{8 + n + end}, the file has {size}{more}'
+      )
+  return f'{file}: not a valid safetensors file: {_one_line(err)}'
+
+
+def _read_json(path: str) -> Any:
+  try:
+    with open(path, encoding='utf-8') as f:
+      return json.load(f)
+  except (json.JSONDecodeError, UnicodeDecodeError) as e:
+    raise ValueError(f'{path}: not valid JSON: {_one_line(e)}') from e
+
+
+class _TensorFiles:
+  """The safetensors files of an HF directory; a context that closes them.
+
+  `where` maps each tensor name to its file (one, or those of an index); a
+  file is opened on the first read from it.
+  """
+
+  def __init__(self, root: str):
+    self.root = root
+    self._stack = contextlib.ExitStack()
+    self._handles: dict[str, Any] = {}
+    single = os.path.join(root, 'model.safetensors')
+    index = os.path.join(root, 'model.safetensors.index.json')
     if os.path.exists(index):
-      with open(index) as f:
-        weight_map = json.load(f).get('weight_map')
+      parsed = _read_json(index)
+      weight_map = parsed.get('weight_map') if isinstance(parsed, dict) else None
       if not isinstance(weight_map, dict):
         raise ValueError(f'{index}: no "weight_map" object')
-      self.where = dict(weight_map)
+      self.where: dict[str, str] = dict(weight_map)
       for shard in sorted(set(weight_map.values())):
-        shard_path = os.path.join(path, shard)
+        shard_path = os.path.join(root, shard)
         if not os.path.exists(shard_path):
           raise FileNotFoundError(
             f'{index} names {shard}, which is missing: {shard_path}'
           )
     elif os.path.exists(single):
       self.where = dict.fromkeys(
-        self._file('model.safetensors', path).keys(), 'model.safetensors'
+        self._file('model.safetensors').keys(), 'model.safetensors'
       )
     else:
       raise FileNotFoundError(
-        f'{path}: no model.safetensors or model.safetensors.index.json'
+        f'{root}: no model.safetensors or model.safetensors.index.json'
       )
-    self.root = path
 
-  def _file(self, shard: str, root: str) -> safetensors_io.SafetensorsFile:
-    if shard not in self._files:
-      self._files[shard] = safetensors_io.SafetensorsFile(os.path.join(root, shard))
-    return self._files[shard]
+  def __enter__(self) -> _TensorFiles:
+    return self
 
-  def get(self, name: str) -> np.ndarray:
-    return self._file(self.where[name], self.root).get(name)
+  def __exit__(self, *exc_info: object) -> None:
+    self._stack.close()
+
+  def _file(self, fname: str) -> Any:
+    if fname not in self._handles:
+      path = os.path.join(self.root, fname)
+      try:
+        handle = self._stack.enter_context(
+          safetensors.safe_open(path, framework='numpy')
+        )
+      except safetensors.SafetensorError as e:
+        raise ValueError(_bad_file_message(path, e)) from e
+      self._handles[fname] = handle
+    return self._handles[fname]
+
+  def _slice(self, name: str) -> Any:
+    fname = self.where[name]
+    try:
+      return self._file(fname).get_slice(name)
+    # E.g. the index names a tensor that its file lacks.
+    except safetensors.SafetensorError as e:
+      raise ValueError(
+        f'{os.path.join(self.root, fname)}: tensor {name!r}: {_one_line(e)}'
+      ) from e
+
+  def shape(self, name: str) -> tuple[int, ...]:
+    return tuple(self._slice(name).get_shape())
+
+  def read(self, name: str, index: tuple[slice, ...]) -> np.ndarray:
+    """The block `index` (one slice per dim, HF coordinates) of tensor `name`."""
+    try:
+      return self._slice(name)[index]
+    # Type/AttributeError: the numpy backend found no numpy dtype for the
+    # tensor's (it asks np.dtype('bfloat16'), but np.float8_* for fp8 kinds).
+    except (safetensors.SafetensorError, TypeError, AttributeError) as e:
+      fname = os.path.join(self.root, self.where[name])
+      raise ValueError(f'{fname}: tensor {name!r}: {_one_line(e)}') from e
 
 
 def read_hf_config(path: str | os.PathLike) -> dict[str, Any]:
-  """The parsed config.json of an HF directory (error names the missing file)."""
+  """The parsed config.json of an HF directory.
+
+  Raises:
+    FileNotFoundError: naming the directory when it has no config.json.
+    ValueError: naming config.json when it is not a JSON object.
+  """
   cfg_path = os.path.join(os.fspath(path), 'config.json')
   if not os.path.exists(cfg_path):
     raise FileNotFoundError(f'no config.json in {os.fspath(path)}')
-  with open(cfg_path) as f:
-    return json.load(f)
+  cfg = _read_json(cfg_path)
+  if not isinstance(cfg, dict):
+    raise ValueError(f'{cfg_path}: expected a JSON object, got {type(cfg).__name__}')
+  return cfg
 
 
 def load_model(
@@ -264,6 +413,8 @@ def load_model(
   rules: Mapping[str, str | None] = sharding_lib.TRAIN_RULES,
 ) -> model_lib.Transformer:
   """The NNX Transformer with the weights of the HF directory at `path`.
+
+  Each host reads only the blocks of each tensor that its devices hold.
 
   Args:
     path: local HF directory (config.json + safetensors).
@@ -286,35 +437,47 @@ def load_model(
   abstract = nnx.eval_shape(lambda: model_lib.Transformer(config, rngs=nnx.Rngs(0)))
   graphdef, abs_state = nnx.split(abstract)
   shardings = sharding_lib.state_shardings(abs_state, mesh, rules)
-  tensors = _TensorIndex(path)
   used: set[str] = set()
   flat_sh = dict(nnx.to_flat_state(shardings))
 
-  def load_one(var_path, var):
+  def load_one(
+    tensors: _TensorFiles, var_path: tuple, var: nnx.Variable
+  ) -> nnx.Variable:
     target = var.get_value()
-    name, to_ours, _ = _hf_entry(var_path)
+    name, layout = _hf_entry(var_path)
     if name not in tensors.where:
       raise ValueError(f'{path}: missing tensor {name!r}')
     used.add(name)
-    src = tensors.get(name)
-    expected = _hf_shape(var_path, target.shape)
-    if tuple(src.shape) != expected:
+    found, expected = tensors.shape(name), _hf_shape(target.shape, layout)
+    if found != expected:
       raise ValueError(
-        f'{path}: tensor {name!r} has shape {tuple(src.shape)}, expected {expected}'
+        f'{path}: tensor {name!r} has shape {found}, expected {expected}'
       )
-    host = np.asarray(to_ours(src, target.shape), dtype=target.dtype)
-    sharding = flat_sh[var_path].get_value()
-    arr = jax.make_array_from_callback(target.shape, sharding, lambda idx: host[idx])
-    return var.replace(arr)
+    # Devices that replicate a block ask for the same index: read it once and
+    # hand them the same array, so host memory stays within one tensor.
+    blocks: dict[tuple[tuple[int, int], ...], np.ndarray] = {}
 
-  flat = [(p, load_one(p, v)) for p, v in nnx.to_flat_state(abs_state)]
-  unexpected = [
-    n
-    for n in tensors.where
-    if n not in used
-    and not n.endswith(_IGNORED_SUFFIXES)
-    and not (config.tie_embeddings and n == 'lm_head.weight')
-  ]
+    def block(index: tuple[slice, ...]) -> np.ndarray:
+      key = _bounds(index, target.shape)
+      if key not in blocks:
+        ours = _read_block(
+          lambda hf_index: tensors.read(name, hf_index), target.shape, layout, key
+        )
+        blocks[key] = np.asarray(ours, dtype=target.dtype)
+      return blocks[key]
+
+    sharding = flat_sh[var_path].get_value()
+    return var.replace(jax.make_array_from_callback(target.shape, sharding, block))
+
+  with _TensorFiles(path) as tensors:
+    flat = [(p, load_one(tensors, p, v)) for p, v in nnx.to_flat_state(abs_state)]
+    unexpected = [
+      n
+      for n in tensors.where
+      if n not in used
+      and not n.endswith(_IGNORED_SUFFIXES)
+      and not (config.tie_embeddings and n == 'lm_head.weight')
+    ]
   if unexpected:
     raise ValueError(
       f'{path}: unexpected tensors {sorted(unexpected)[:5]} ({len(unexpected)} in all)'
@@ -327,11 +490,6 @@ def load_model(
 def _count(flat) -> str:
   n = sum(int(np.prod(v.get_value().shape)) for _, v in flat)
   return f'{n / 1e6:.1f}M params'
-
-
-def _hf_shape(var_path: tuple, shape: tuple[int, ...]) -> tuple[int, ...]:
-  _, _, to_hf = _hf_entry(var_path)
-  return tuple(to_hf(np.empty(shape, np.bool_)).shape)
 
 
 def _to_host(x: jax.Array) -> np.ndarray:
@@ -365,7 +523,7 @@ def save_model(
     os.makedirs(path, exist_ok=True)
   # Stream: a shard is written as soon as it is full, so host memory holds at
   # most one shard; files get their final "-of-N" names at the end.
-  shard: list[tuple[str, np.ndarray]] = []
+  shard: dict[str, np.ndarray] = {}
   written: list[tuple[str, list[str], int]] = []  # (temp file, names, bytes)
 
   def flush():
@@ -373,19 +531,22 @@ def save_model(
       return
     tmp = os.path.join(path, f'.partial-{len(written):05d}.safetensors')
     if is_writer:
-      safetensors_io.save_file(shard, tmp)
-    written.append((tmp, [n for n, _ in shard], sum(a.nbytes for _, a in shard)))
+      # transformers refuses safetensors without format 'pt' in the metadata.
+      safetensors.numpy.save_file(shard, tmp, metadata={'format': 'pt'})
+    written.append((tmp, list(shard), sum(a.nbytes for a in shard.values())))
     shard.clear()
 
   for var_path, var in nnx.to_flat_state(nnx.state(model, nnx.Param)):
-    name, _, to_hf = _hf_entry(var_path)
+    name, layout = _hf_entry(var_path)
     arr = _to_host(var.get_value())  # All processes join multi-host gathers.
     if dtype is not None:
       arr = arr.astype(jnp.dtype(dtype))
-    arr = np.ascontiguousarray(to_hf(arr))
-    if shard and sum(a.nbytes for _, a in shard) + arr.nbytes > max_shard_bytes:
+    # save_file copies `nbytes` from the array's data pointer: it must be
+    # C-contiguous, which the transpose of _to_hf is not.
+    arr = np.ascontiguousarray(_to_hf(arr, layout))
+    if shard and sum(a.nbytes for a in shard.values()) + arr.nbytes > max_shard_bytes:
       flush()
-    shard.append((name, arr))
+    shard[name] = arr
   flush()
   if not is_writer:
     return
