@@ -29,6 +29,7 @@ CODE_DIR=$HOME/ada_jax
 VENV=$HOME/ada_venv
 LOG_DIR=$HOME/ada_logs
 PID_FILE=$HOME/ada_logs/job.pid
+RC_FILE=$HOME/ada_logs/job.rc
 EOF
 )
 
@@ -59,13 +60,24 @@ Commands:
                          then check that all workers see all chips
   run CONFIG[:ARGS] [--config.key=value ...]
                          start `python -m ada_jax.main --config CONFIG[:ARGS]
-                         --workdir gs://...` on every worker (nohup, log + pid file per
-                         worker, ADA_DISTRIBUTED=1, persistent compilation cache);
-                         CONFIG is configs/NAME.py or just NAME
+                         --workdir gs://...` on every worker (nohup; log, pid file and
+                         exit-code file per worker; ADA_DISTRIBUTED=1, persistent
+                         compilation cache); CONFIG is configs/NAME.py or just NAME.
+                         The config, its ARGS and each --config.key are first checked
+                         here (also with --dry-run): a bad one fails before anything
+                         is sent. Python used: $ADA_PYTHON, else REPO/.venv/bin/python,
+                         else python3 (the first that imports ml_collections; none:
+                         a warning, unchecked)
   logs                   tail the log of worker 0 (or --worker N|all)
-  status                 TPU state (READY, PREEMPTED...) and the job on each worker
-  stop                   SIGTERM the job on every worker (it checkpoints, then exits),
-                         SIGKILL after --grace seconds; --force kills at once
+  status                 TPU state (READY, PREEMPTED...) and, per worker, its code
+                         commit, the job and the log's last line. The job: `running
+                         pid N`, `no job`, or how it ended, from its exit code:
+                           exit 0: finished
+                           exit 75: stopped after a checkpoint: resumable (run again
+                             with the same --workdir)
+                           failed (exit N): see logs   (any other code)
+  stop                   SIGTERM the job on every worker (it checkpoints, then exits
+                         75), SIGKILL after --grace seconds; --force kills at once
   delete                 delete the TPU VM (gcloud asks; --yes does not)
   ssh -- CMD...          run CMD on every worker (or --worker N), e.g. to copy weights
 
@@ -197,6 +209,88 @@ fi
 EOF
 )
 
+# Shared by status and stop: how the job ended, from the exit code its
+# wrapper (JOB_WRAPPER) wrote; the codes are ada_jax/exit_codes.py's.
+JOB_ENDED=$(cat <<'EOF'
+job_ended() {
+  local rc
+  rc=$(cat "$RC_FILE" 2>/dev/null)
+  case $rc in
+    "") echo "ended, exit code not recorded: see logs" ;;
+    0) echo "exit 0: finished" ;;
+    75) echo "exit 75: stopped after a checkpoint: resumable (run again with the same --workdir)" ;;
+    *) echo "failed (exit $rc): see logs" ;;
+  esac
+}
+EOF
+)
+
+# What `run` starts on each worker, as `bash -c "$JOB_WRAPPER" job PID_FILE
+# RC_FILE CMD...`: set -m starts CMD in a process group of its own, led by
+# CMD itself, so PID_FILE holds the python job's pid, the one stop sends
+# SIGTERM to and whose group (the verifier pool too) it SIGKILLs. This shell
+# stays outside that group, waits, and writes CMD's exit code to RC_FILE (75:
+# stopped after a checkpoint; 137: SIGKILL). A signal to this shell only
+# (a shutdown reaches every process) does not stop it waiting.
+JOB_WRAPPER=$(cat <<'EOF'
+set -m
+pid_file=$1 rc_file=$2
+shift 2
+signalled=0
+trap 'signalled=1' TERM INT HUP
+"$@" &
+pid=$!
+# CMD keeps the log as its stderr; this shell's job notices ("[1]+ Exit 75")
+# would be the log's last line, which status shows.
+exec 2>/dev/null
+echo "$pid" > "$pid_file.tmp" && mv "$pid_file.tmp" "$pid_file"
+wait "$pid"; rc=$?
+# A trapped signal ends `wait` early; once CMD has ended, wait gives its code.
+while (( signalled )); do signalled=0; wait "$pid"; rc=$?; done
+echo "$rc" > "$rc_file.tmp" && mv "$rc_file.tmp" "$rc_file"
+EOF
+)
+
+# Checks CONFIG[:ARGS] and its --config.key=value overrides here, before
+# anything is sent to the workers, as main would build them: argv is PATH NAME
+# HAS_ARG ARG OVERRIDES... (HAS_ARG 1: get_config(ARG), as for `NAME:ARG`).
+# Exit 0: it builds; 10: it does not (the error's message, one line); other
+# codes (3: no ml_collections): this python cannot tell.
+CONFIG_CHECK=$(cat <<'EOF'
+import importlib.util, sys
+try:
+  import ml_collections
+  from absl import flags
+  from ml_collections import config_flags
+except ImportError:
+  sys.exit(3)
+path, name, has_arg, arg, *overrides = sys.argv[1:]
+try:
+  spec = importlib.util.spec_from_file_location('ada_config_check', path)
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  config = module.get_config(arg) if has_arg == '1' else module.get_config()
+  for flag in overrides:
+    key = flag.split('=', 1)[0].removeprefix('--config.')
+    node = config
+    for i, part in enumerate(key.split('.')):
+      part = part.split('[', 1)[0]
+      if not isinstance(node, ml_collections.ConfigDict) or part not in node:
+        where = '.'.join(key.split('.')[:i]) or 'the config'
+        raise ValueError(f'{flag}: unknown key {key} ({where} has no {part!r})')
+      node = node[part]
+  # The values, parsed as main parses them.
+  fv = flags.FlagValues()
+  argv = ['check', *overrides]
+  config_flags.DEFINE_config_dict('config', config, flag_values=fv, sys_argv=argv)
+  fv(argv)
+except Exception as e:  # The config's own message, one line.
+  lines = str(e).strip().splitlines() or [type(e).__name__]
+  print(lines[-1] if name in lines[-1] else f'{name}: {lines[-1]}')
+  sys.exit(10)
+EOF
+)
+
 cmd_create() {
   require
   [[ -n $TPU_TYPE ]] || die "create needs an accelerator type: --type v4-32|v5p-64|v6e-64 or ADA_TPU_TYPE"
@@ -269,6 +363,25 @@ EOF
 )"
 }
 
+# check_config FILE CONFIG[:ARGS] [--config.key=value ...]: dies with the
+# config's own message when it does not build here (CONFIG_CHECK); warns and
+# goes on when no local python has ml_collections.
+check_config() {
+  local file=$1 config=$2 py msg rc has_arg=0
+  shift 2
+  [[ $config == *:* ]] && has_arg=1
+  for py in "${ADA_PYTHON:-}" "$REPO_ROOT/.venv/bin/python" python3; do
+    if [[ -z $py ]] || ! command -v "$py" >/dev/null; then continue; fi
+    rc=0
+    msg=$("$py" -c "$CONFIG_CHECK" "$REPO_ROOT/$file" "$file" "$has_arg" "${config#*:}" "$@" 2>&1) || rc=$?
+    case $rc in
+      0) note "config checked here: $config${1:+ with its overrides} builds"; return ;;
+      10) die "$msg" ;;
+    esac  # Other codes: this python cannot check; try the next.
+  done
+  echo "launch_tpu.sh: warning: no local python with ml_collections (set ADA_PYTHON): config not checked here" >&2
+}
+
 cmd_run() {
   require
   (( ${#REST[@]} )) || die "run needs a config: run CONFIG[:ARGS] [--config.key=value ...]"
@@ -277,12 +390,16 @@ cmd_run() {
   file=${config%%:*}
   [[ $file == */* ]] || file="configs/${file%.py}.py"  # tiny_arith -> configs/tiny_arith.py
   config=$file${config#"${config%%:*}"}
-  [[ -f $REPO_ROOT/$file ]] || echo "launch_tpu.sh: warning: $file is not in this checkout; the workers run the tree shipped by setup" >&2
   for o in ${overrides[@]+"${overrides[@]}"}; do
     [[ $o == --config.* ]] || die "run takes only --config.key=value after the config, got '$o'"
   done
   [[ -n $WORKDIR ]] || die "run needs --workdir gs://BUCKET/DIR (or ADA_WORKDIR)"
   [[ $WORKDIR == gs://* ]] || die "--workdir must be gs://...: all workers write one checkpoint, and a preempted VM's disk is gone"
+  if [[ -f $REPO_ROOT/$file ]]; then
+    check_config "$file" "$config" ${overrides[@]+"${overrides[@]}"}
+  else
+    echo "launch_tpu.sh: warning: $file is not in this checkout, so not checked here; the workers run the tree shipped by setup" >&2
+  fi
   local cache=${CACHE_DIR:-${WORKDIR%/}/jax_cache} stamp run_name e env_lines=""
   stamp=$(date -u +%Y%m%dT%H%M%SZ)
   run_name=$(basename "$WORKDIR")
@@ -311,11 +428,20 @@ export ADA_DISTRIBUTED=1
 export JAX_COMPILATION_CACHE_DIR=$(sq "$cache")
 ${env_lines}cmd=("\$VENV/bin/python"$main_args)
 echo "\$(date -u) \$(hostname) code \$(cat COMMIT): \${cmd[*]}" > "\$log"
-# setsid: the job leads its own process group, so stop can end its children.
-nohup setsid "\${cmd[@]}" >> "\$log" 2>&1 < /dev/null &
-echo \$! > "\$PID_FILE"
+rm -f "\$PID_FILE" "\$RC_FILE"
+wrapper=\$(cat <<'JOB'
+$JOB_WRAPPER
+JOB
+)
+# setsid: a session apart from this ssh one. The wrapper starts the job in a
+# process group it leads (so stop can end its children), writes its pid to
+# PID_FILE and, when it ends, its exit code to RC_FILE (status reads it).
+# trap -: SIGINT reaches the job as an interrupt (a background job ignores it).
+(trap - INT QUIT; exec nohup setsid bash -c "\$wrapper" job "\$PID_FILE" "\$RC_FILE" "\${cmd[@]}" >> "\$log" 2>&1 < /dev/null) &
+for (( i = 0; i < 100; i++ )); do [[ -s \$PID_FILE ]] && break; sleep 0.1; done
+[[ -s \$PID_FILE ]] || { echo "\$(hostname): the job did not start; see \$log" >&2; exit 1; }
 ln -sfn "\$log" "\$LOG_DIR/latest.log"
-echo "\$(hostname): started pid \$!, log \$log"
+echo "\$(hostname): started pid \$(cat "\$PID_FILE"), log \$log"
 EOF
 )"
 }
@@ -339,19 +465,23 @@ cmd_status() {
   require
   describe_pod
   x gcloud compute tpus tpu-vm describe "$TPU_NAME" "${LOC[@]}" --format='value(state,acceleratorType,health)'
-  ssh_workers all "$(remote <<'EOF'
+  ssh_workers all "$({ echo "$JOB_ENDED"; cat <<'EOF'
 set +e
 state="no job"
-[[ -f $PID_FILE ]] && { kill -0 "$(cat "$PID_FILE")" 2>/dev/null && state="running pid $(cat "$PID_FILE")" || state="ended"; }
+if [[ -f $PID_FILE ]] && kill -0 "$(cat "$PID_FILE")" 2>/dev/null; then
+  state="running pid $(cat "$PID_FILE")"
+elif [[ -f $PID_FILE || -f $RC_FILE ]]; then  # stop removes PID_FILE, not RC_FILE.
+  state=$(job_ended)
+fi
 echo "$(hostname): code $(cat "$CODE_DIR/COMMIT" 2>/dev/null || echo none), $state: $(tail -n 1 "$LOG_DIR/latest.log" 2>/dev/null)"
 EOF
-)"
+} | remote)"
 }
 
 cmd_stop() {
   require
   describe_pod
-  ssh_workers all "$(remote FORCE "$FORCE" GRACE "$GRACE" <<'EOF'
+  ssh_workers all "$({ echo "$JOB_ENDED"; cat <<'EOF'
 [[ -f $PID_FILE ]] || { echo "$(hostname): no job"; exit 0; }
 pid=$(cat "$PID_FILE")
 if kill -0 "$pid" 2>/dev/null && (( ! FORCE )); then
@@ -365,9 +495,11 @@ fi
 kill -KILL -- "-$pid" 2>/dev/null || true
 sudo rm -f /tmp/libtpu_lockfile 2>/dev/null || true
 rm -f "$PID_FILE"
-echo "$(hostname): job $pid stopped"
+# Its wrapper writes the exit code as it ends (75: checkpointed; 137: killed).
+for (( t = 0; t < 50; t++ )); do [[ -f $RC_FILE ]] && break; sleep 0.1; done
+echo "$(hostname): job $pid stopped, $(job_ended)"
 EOF
-)"
+} | remote FORCE "$FORCE" GRACE "$GRACE")"
 }
 
 cmd_delete() {

@@ -38,6 +38,16 @@ different saved config.json stops the sweep, naming the keys) and resumes
 the others (main resumes from the latest checkpoint). With `--tpu POD --run`, each run is
 started with `./launch_tpu.sh --name POD run ...` and polled with `status`
 until no worker holds a job, then the next one starts.
+
+A local `--run` stops at the first run that does not finish (exit codes:
+ada_jax/exit_codes.py). A run stopped by a signal after its checkpoint
+(exit 75: SIGTERM or SIGINT, which usually reach the whole process group,
+the sweep too) stops the sweep with 75 and one line naming the run: rerun
+the same sweep command, finished runs are skipped and that one resumes. The
+sweep itself outlives a SIGTERM/SIGINT while a run is on, so that the run
+can checkpoint; it then stops (75) even if that run finished meanwhile. A
+second signal stops the sweep at once. Any other exit code stops it with one
+line naming the run, its workdir and the code's meaning, and exit 1.
 """
 
 from __future__ import annotations
@@ -49,11 +59,15 @@ import inspect
 import json
 import os
 import shlex
+import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
+
+from ada_jax import exit_codes
 
 DEFAULT_ROOT = '/tmp/ada_sweeps'
 
@@ -256,14 +270,78 @@ def _tpu_busy(tpu: str, runner: Callable[..., Any]) -> bool:
   return 'running pid' in (out.stdout or '')
 
 
+def _meaning(code: int) -> str:
+  """What a run's exit code says (negative: killed by that signal)."""
+  if code < 0:
+    try:
+      return f'killed by {signal.Signals(-code).name}'
+    except ValueError:
+      return f'killed by signal {-code}'
+  return exit_codes.MEANINGS.get(code, 'failed')
+
+
+class _Signals:
+  """While a run is on: SIGINT/SIGTERM are noted, so the run can checkpoint.
+
+  Both usually reach the whole process group (Ctrl-C, `kill -TERM -PGID`, a
+  scheduler), the run too, which then saves and exits 75; dying at once, the
+  sweep would not report it (and subprocess.run would SIGKILL the run on a
+  KeyboardInterrupt). A second signal has its usual effect.
+  """
+
+  def __init__(self, run: Run):
+    self.run = run
+    self.name: str | None = None  # The signal caught, if any.
+    self._old: dict[int, Any] = {}
+
+  def __enter__(self) -> _Signals:
+    if threading.current_thread() is threading.main_thread():
+      for sig in (signal.SIGINT, signal.SIGTERM):
+        self._old[sig] = signal.signal(sig, self._handle)
+    return self
+
+  def __exit__(self, *exc: object) -> None:
+    for sig, old in self._old.items():
+      signal.signal(sig, old)
+    self._old = {}
+
+  def _handle(self, signum: int, frame: Any) -> None:
+    del frame
+    if self.name is not None:
+      self.__exit__()
+      signal.raise_signal(signum)
+      return
+    self.name = signal.Signals(signum).name
+    print(
+      f'sweep: {self.name}: waiting for {self.run.name} to stop (a signal that '
+      'reached it too makes it checkpoint and exit); again to stop at once',
+      file=sys.stderr,
+      flush=True,
+    )
+
+
 def run_all(
   runs: Sequence[Run],
   *,
   tpu: str | None = None,
-  runner: Callable[..., Any] = subprocess.run,
+  runner: Callable[..., Any] | None = None,
   poll_s: float = 60.0,
-) -> None:
-  """Runs each in turn: locally, or on the pod `tpu` (waiting for each job)."""
+) -> int:
+  """Runs each in turn: locally, or on the pod `tpu` (waiting for each job).
+
+  Args:
+    runs: from `expand`.
+    tpu: a pod's name: run each with launch_tpu.sh there; None: here.
+    runner: a stand-in for `subprocess.run` (the default); its result has
+      `returncode`.
+    poll_s: seconds between `launch_tpu.sh status` polls.
+
+  Returns:
+    The sweep's exit code: 0 (all finished), 75 (a run stopped after a
+    checkpoint, or a signal came: rerun the sweep to resume) or 1 (a run
+    failed). The last two print one line naming the run.
+  """
+  runner = runner or subprocess.run
   for i, run in enumerate(runs):
     print(f'[{i + 1}/{len(runs)}] {run.name}', flush=True)
     if tpu is None:
@@ -277,11 +355,44 @@ def run_all(
           )
         print(f'  {run.workdir} has a finished summary.json: skipped', flush=True)
         continue
-      runner(run.main_argv(), check=True)
+      with _Signals(run) as caught:
+        code = runner(run.main_argv(), check=False).returncode
+      if code == exit_codes.STOPPED:
+        print(
+          f'sweep: run {run.name} ({run.workdir}) stopped after a checkpoint: '
+          'resumable: rerun the same sweep command (finished runs are skipped, '
+          'this one resumes)',
+          flush=True,
+        )
+        return exit_codes.STOPPED
+      if code == exit_codes.OK and caught.name:
+        print(
+          f'sweep: stopped ({caught.name}) after run {run.name} finished: '
+          'resumable: rerun the same sweep command (finished runs are skipped)',
+          flush=True,
+        )
+        return exit_codes.STOPPED
+      if code != exit_codes.OK:
+        print(
+          f'sweep: error: run {run.name} ({run.workdir}) exited {code}: '
+          f'{_meaning(code)}; see its output above',
+          file=sys.stderr,
+          flush=True,
+        )
+        return exit_codes.FAILED
       continue
-    runner(run.tpu_argv(tpu), check=True)
+    code = runner(run.tpu_argv(tpu), check=False).returncode
+    if code != exit_codes.OK:
+      print(
+        f'sweep: error: ./launch_tpu.sh run for {run.name} ({run.workdir}) '
+        f'exited {code}',
+        file=sys.stderr,
+        flush=True,
+      )
+      return exit_codes.FAILED
     while _tpu_busy(tpu, runner):
       time.sleep(poll_s)
+  return exit_codes.OK
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -330,7 +441,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         argv_[0] = 'python'
       print(shlex.join(argv_))
     return
-  run_all(runs, tpu=args.tpu)
+  sys.exit(run_all(runs, tpu=args.tpu))
 
 
 if __name__ == '__main__':

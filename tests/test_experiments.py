@@ -9,9 +9,11 @@ and one table row per variant.
 """
 
 import json
+import os
 import pathlib
 import re
 import shutil
+import signal
 
 import pytest
 
@@ -87,7 +89,8 @@ def test_sweep_run_local_and_tpu(experiment, tmp_path):
   calls = []
 
   class Done:
-    stdout = 'w0: code abc, ended: done'
+    stdout = 'w0: code abc, exit 0: finished: done'
+    returncode = 0
 
   def runner(argv, **kw):
     calls.append(argv)
@@ -106,12 +109,132 @@ def test_sweep_run_local_and_tpu(experiment, tmp_path):
   assert not calls
   c['sft']['lr'] /= 2
   (done / 'config.json').write_text(json.dumps(c, default=str))
-  sweep.run_all(runs, runner=runner)
+  assert sweep.run_all(runs, runner=runner) == 0
   assert len(calls) == 6 and calls[0][1:3] == ['-m', 'ada_jax.main']
   calls.clear()
-  sweep.run_all(runs[:2], tpu='pod', runner=runner, poll_s=0)
+  assert sweep.run_all(runs[:2], tpu='pod', runner=runner, poll_s=0) == 0
   assert calls[0][:5] == ['./launch_tpu.sh', '--name', 'pod', 'run', runs[0].config]
   assert calls[1] == ['./launch_tpu.sh', '--name', 'pod', 'status']
+
+
+def _finish(run: sweep.Run) -> None:
+  """Makes `run`'s workdir look finished, with the config the sweep builds."""
+  workdir = pathlib.Path(run.workdir)
+  workdir.mkdir(parents=True)
+  (workdir / 'summary.json').write_text('{"after_rl": {}}')
+  config = metrics_lib.config_json(sweep.build_config(run.config, run.overrides))
+  (workdir / metrics_lib.CONFIG_FILE).write_text(json.dumps(config))
+
+
+class _Result:
+  def __init__(self, returncode: int):
+    self.returncode = returncode
+
+
+@pytest.mark.parametrize(
+  ('code', 'meaning'),
+  [
+    (1, 'failed'),
+    (2, 'bad input (nothing written)'),
+    (-9, 'killed by SIGKILL'),
+  ],
+)
+def test_sweep_run_stops_at_a_failed_run(
+  experiment, tmp_path, monkeypatch, capsys, code, meaning
+):
+  runs = sweep.expand(experiment, root=str(tmp_path))
+  _finish(runs[0])
+  calls = []
+
+  def runner(argv, **kw):
+    calls.append(argv)
+    assert kw == {'check': False}  # The sweep reads the code, no traceback.
+    return _Result(code if len(calls) == 2 else 0)
+
+  assert sweep.run_all(runs, runner=runner) == 1
+  assert len(calls) == 2  # runs[0] skipped, runs[1] ran, runs[2] failed.
+  out, err = capsys.readouterr()
+  assert 'has a finished summary.json: skipped' in out
+  assert err.splitlines() == [
+    f'sweep: error: run {runs[2].name} ({runs[2].workdir}) exited {code}: '
+    f'{meaning}; see its output above'
+  ]
+  # The same through the command line: exit 1, and no traceback.
+  monkeypatch.setattr(sweep.subprocess, 'run', runner)
+  calls.clear()
+  with pytest.raises(SystemExit) as e:
+    sweep.main([experiment, '--run', '--workdir-root', str(tmp_path)])
+  assert e.value.code == 1
+  assert capsys.readouterr().err.startswith(f'sweep: error: run {runs[2].name} (')
+
+
+def test_sweep_run_stops_resumable_on_exit_75(
+  experiment, tmp_path, monkeypatch, capsys
+):
+  runs = sweep.expand(experiment, root=str(tmp_path))
+  _finish(runs[0])
+  calls = []
+
+  def runner(argv, **kw):
+    calls.append(argv)
+    return _Result(75 if len(calls) == 2 else 0)
+
+  monkeypatch.setattr(sweep.subprocess, 'run', runner)
+  with pytest.raises(SystemExit) as e:
+    sweep.main([experiment, '--run', '--workdir-root', str(tmp_path)])
+  assert e.value.code == 75
+  assert len(calls) == 2  # runs[3:] not started.
+  out = capsys.readouterr().out
+  assert out.splitlines()[-1] == (
+    f'sweep: run {runs[2].name} ({runs[2].workdir}) stopped after a checkpoint: '
+    'resumable: rerun the same sweep command (finished runs are skipped, this one '
+    'resumes)'
+  )
+  # The rerun: runs[1] has finished meanwhile, runs[2] resumes.
+  _finish(runs[1])
+  calls.clear()
+  assert (
+    sweep.run_all(runs, runner=lambda argv, **kw: calls.append(argv) or _Result(0)) == 0
+  )
+  assert [c[4] for c in calls] == [f'--workdir={r.workdir}' for r in runs[2:]]
+  assert capsys.readouterr().out.count('skipped') == 2
+
+
+@pytest.mark.parametrize('code', [75, 0])
+def test_sweep_outlives_a_signal_during_a_run(experiment, tmp_path, capsys, code):
+  """SIGTERM/SIGINT to the group: the run checkpoints, the sweep reports it."""
+  runs = sweep.expand(experiment, root=str(tmp_path))
+  calls = []
+
+  def runner(argv, **kw):
+    calls.append(argv)
+    os.kill(os.getpid(), signal.SIGTERM)  # As `kill -TERM -PGID` would.
+    return _Result(code)  # 75: it checkpointed; 0: it finished meanwhile.
+
+  before = signal.getsignal(signal.SIGTERM)
+  assert sweep.run_all(runs, runner=runner) == 75
+  assert len(calls) == 1
+  assert signal.getsignal(signal.SIGTERM) is before
+  out, err = capsys.readouterr()
+  assert err.startswith(f'sweep: SIGTERM: waiting for {runs[0].name} to stop')
+  last = out.splitlines()[-1]
+  if code:
+    assert 'stopped after a checkpoint: resumable' in last
+  else:
+    assert last.startswith(f'sweep: stopped (SIGTERM) after run {runs[0].name}')
+
+
+def test_sweep_second_signal_stops_at_once(experiment, tmp_path):
+  runs = sweep.expand(experiment, root=str(tmp_path))
+
+  def runner(argv, **kw):
+    os.kill(os.getpid(), signal.SIGINT)
+    os.kill(os.getpid(), signal.SIGINT)
+    return _Result(0)
+
+  with pytest.raises(KeyboardInterrupt):
+    sweep.run_all(runs, runner=runner)
+  assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
 
 
 def test_sweep_rejects_bad_entries(tmp_path, monkeypatch):

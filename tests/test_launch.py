@@ -2,13 +2,16 @@
 
 Nothing here reaches the network or a TPU. Every run puts a fake `gcloud`
 and a fake `git` first on PATH that fail loudly and leave a marker file, so a
-dry run that called either would fail the test.
+dry run that called either would fail the test. `run` checks the config
+here with $ADA_PYTHON (this test's python). The worker scripts (run, status,
+stop) are taken from the dry runs and executed here against a fake job.
 """
 
 import os
 import pathlib
 import shutil
 import subprocess
+import sys
 import sysconfig
 
 import pytest
@@ -40,11 +43,13 @@ def sh(tmp_path):
     'HOME': str(tmp_path),
     'TMPDIR': str(tmp_path),
     'LANG': 'C.UTF-8',
+    'ADA_PYTHON': sys.executable,  # Checks the config locally; has ml_collections.
   }
 
-  def run(*args, check_rc=0):
+  def run(*args, check_rc=0, script=SCRIPT, ada_python=sys.executable):
+    env['ADA_PYTHON'] = ada_python
     proc = subprocess.run(
-      ['bash', str(SCRIPT), *args],
+      ['bash', str(script), *args],
       capture_output=True,
       text=True,
       env=env,
@@ -84,6 +89,12 @@ def test_usage_on_no_argument_and_help(sh):
   assert proc.stdout.startswith('Usage: ./launch_tpu.sh')
   for command in ('create', 'setup', 'run', 'logs', 'stop', 'delete', '--dry-run'):
     assert command in proc.stdout
+  for words in (
+    'exit 0: finished',
+    'exit 75: stopped after a checkpoint',
+    'ADA_PYTHON',
+  ):
+    assert words in proc.stdout
   assert sh('-h').stdout == proc.stdout
 
 
@@ -143,9 +154,72 @@ def test_run_dry_run(sh):
     '-m ada_jax.main --config configs/tiny_arith.py:tpu=v4-32,variant=balance'
     f' --workdir {WORKDIR} --config.seed=3'
   ) in out
-  assert 'nohup setsid' in out
-  assert '> "$PID_FILE"' in out
+  assert 'config checked here: configs/tiny_arith.py:tpu=v4-32,variant=balance' in out
+  assert 'nohup setsid bash -c "$wrapper" job "$PID_FILE" "$RC_FILE"' in out
+  # The job's exit code goes next to its pid file, fresh for each run.
+  assert 'RC_FILE=$HOME/ada_logs/job.rc' in out
+  assert 'rm -f "$PID_FILE" "$RC_FILE"' in out
+  assert 'echo "$pid" > "$pid_file.tmp" && mv "$pid_file.tmp" "$pid_file"' in out
+  assert 'echo "$rc" > "$rc_file.tmp" && mv "$rc_file.tmp" "$rc_file"' in out
   assert 'latest.log' in out
+
+
+@pytest.mark.parametrize(
+  ('args', 'message'),
+  [
+    (
+      ('configs/qwen25_math_7b.py:tpu=nope',),
+      "configs/qwen25_math_7b.py: arg tpu='nope' is not one of ('v4-32', 'v5p-64',"
+      " 'v6e-64')",
+    ),
+    (
+      ('tiny_arith', '--config.rl.nope=1'),
+      "configs/tiny_arith.py: --config.rl.nope=1: unknown key rl.nope (rl has no 'nope')",
+    ),
+    (
+      ('tiny_arith:variant=grpo', '--config.nope.x=1'),
+      'unknown key nope.x (the config has no',
+    ),
+    (('tiny_arith', '--config.rl.steps=abc'), '--config.rl.steps=abc: invalid literal'),
+  ],
+)
+def test_run_checks_the_config_here_first(sh, args, message):
+  """A bad config arg or key fails here, with its one line, before any plan."""
+  for dry in (('--dry-run',), ()):  # Not even a real run calls gcloud.
+    proc = sh(*dry, *POD, 'run', *args, '--workdir', WORKDIR, check_rc=1)
+    (line,) = proc.stderr.splitlines()
+    assert line.startswith('launch_tpu.sh: error: configs/')
+    assert message in line
+    assert 'gcloud' not in proc.stdout
+    assert 'workers x' not in proc.stdout
+    assert proc.stdout in ('', '# dry run: nothing is executed\n')
+
+
+def test_run_without_a_local_python_warns_and_goes_on(sh, tmp_path):
+  """No python with ml_collections here: one warning, and the plan as before."""
+  repo = tmp_path / 'repo'
+  (repo / 'configs').mkdir(parents=True)
+  shutil.copy(SCRIPT, repo)
+  shutil.copy(ROOT / 'configs' / 'tiny_arith.py', repo / 'configs')  # No .venv.
+  not_python = tmp_path / 'bin' / 'python3'  # First on the fixture's PATH.
+  not_python.write_text('#!/bin/sh\nexit 1\n')
+  not_python.chmod(0o755)
+  proc = sh(
+    '--dry-run',
+    *POD,
+    'run',
+    'tiny_arith:tpu=nope',
+    '--workdir',
+    WORKDIR,
+    script=repo / 'launch_tpu.sh',
+    ada_python=str(not_python),
+  )
+  assert proc.stderr.splitlines() == [
+    'launch_tpu.sh: warning: no local python with ml_collections (set ADA_PYTHON):'
+    ' config not checked here'
+  ]
+  assert 'tpu-vm ssh ada-v4' in proc.stdout
+  assert 'config checked here' not in proc.stdout
 
 
 def test_run_cache_dir_and_env(sh):
@@ -207,14 +281,19 @@ def test_clear_errors(sh, args, message):
 
 
 _FAKE_JOB = """#!/bin/bash
-# Stands in for the venv python: records its args and env, then runs until
-# SIGTERM, on which it "checkpoints" and exits like the trainer does.
+# Stands in for the venv python: records its args and env; exits at once with
+# the code in $HOME/exit_code if there is one, else runs until SIGTERM, on
+# which it "checkpoints" and exits 75 like the trainer does.
 echo "args: $*" > "$HOME/job.args"
 echo "ADA_DISTRIBUTED=$ADA_DISTRIBUTED JAX_COMPILATION_CACHE_DIR=$JAX_COMPILATION_CACHE_DIR" >> "$HOME/job.args"
-trap 'echo saved >> "$HOME/job.args"; exit 0' TERM
+if [[ -f $HOME/exit_code ]]; then echo "exiting $(cat "$HOME/exit_code")"; exit "$(cat "$HOME/exit_code")"; fi
+trap 'echo saved >> "$HOME/job.args"; echo "stopped"; exit 75' TERM
 echo "step 1"
 while true; do sleep 0.1; done
 """
+RESUMABLE = (
+  'exit 75: stopped after a checkpoint: resumable (run again with the same --workdir)'
+)
 
 
 def _remote_scripts(out: str) -> list[str]:
@@ -249,8 +328,13 @@ def test_worker_scripts_lint_clean(sh, command):
     assert proc.returncode == 0, proc.stdout + script
 
 
-def test_worker_scripts_run_and_stop_a_job(sh, tmp_path):
-  """The run, status and stop scripts, executed here against a fake job."""
+@pytest.fixture
+def worker(sh, tmp_path):
+  """A fake worker: HOME with code and venv; runs the dry runs' worker scripts.
+
+  Returns (home, scripts, run): scripts(*command) gives the worker scripts of
+  `launch_tpu.sh --dry-run ... COMMAND`; run(script, rc) executes one here.
+  """
   home = tmp_path / 'worker'
   (home / 'ada_venv' / 'bin').mkdir(parents=True)
   (home / 'ada_jax').mkdir()
@@ -260,7 +344,10 @@ def test_worker_scripts_run_and_stop_a_job(sh, tmp_path):
   python.chmod(0o755)
   env = {'PATH': '/usr/bin:/bin', 'HOME': str(home)}
 
-  def worker(script, rc=0):
+  def scripts(*command):
+    return _remote_scripts(sh('--dry-run', *POD, *command).stdout)
+
+  def run(script, rc=0):
     proc = subprocess.run(
       ['bash', '-c', script],
       capture_output=True,
@@ -272,26 +359,93 @@ def test_worker_scripts_run_and_stop_a_job(sh, tmp_path):
     assert proc.returncode == rc, proc.stdout + proc.stderr
     return proc
 
-  out = sh('--dry-run', *POD, 'run', 'tiny_arith', '--workdir', WORKDIR).stdout
-  preflight, launch = _remote_scripts(out)
-  assert 'abc123, ready' in worker(preflight).stdout
-  assert 'started pid' in worker(launch).stdout
-  pid = int((home / 'ada_logs' / 'job.pid').read_text())
-  os.kill(pid, 0)  # Alive, and detached from the ssh session's shell.
-  assert 'is running' in worker(preflight, rc=1).stderr
+  return home, scripts, run
 
-  (status,) = _remote_scripts(sh('--dry-run', *POD, 'status').stdout)
-  for _ in range(50):
-    if 'step 1' in (home / 'ada_logs' / 'latest.log').read_text():
-      break
+
+def _wait_for(path: pathlib.Path, text: str = '') -> str:
+  for _ in range(100):
+    if path.exists() and text in path.read_text():
+      return path.read_text()
     subprocess.run(['sleep', '0.1'], check=True)
-  assert f'running pid {pid}: step 1' in worker(status).stdout
+  raise AssertionError(f'{path}: no {text!r}')
+
+
+def test_worker_scripts_run_and_stop_a_job(worker):
+  """The run, status and stop scripts, executed here against a fake job."""
+  home, scripts, run = worker
+  logs = home / 'ada_logs'
+  preflight, launch = scripts('run', 'tiny_arith', '--workdir', WORKDIR)
+  assert 'abc123, ready' in run(preflight).stdout
+  logs.mkdir()
+  (logs / 'job.rc').write_text('1\n')  # A stale one, from an earlier job.
+  assert 'started pid' in run(launch).stdout
+  assert not (logs / 'job.rc').exists()
+  pid = int((logs / 'job.pid').read_text())
+  os.kill(pid, 0)  # Alive, and detached from the ssh session's shell.
+  # The pid is the job itself, and it leads its process group (stop kills it).
+  assert os.getpgid(pid) == pid
+  proc_status = pathlib.Path(f'/proc/{pid}/status')
+  if proc_status.exists():  # Linux: SIGINT and SIGTERM reach it (not ignored).
+    lines = proc_status.read_text().splitlines()
+    (ignored,) = [line for line in lines if line.startswith('SigIgn')]
+    mask = int(ignored.split()[1], 16)
+    assert not mask & (1 << (2 - 1) | 1 << (15 - 1)), ignored
+  assert 'is running' in run(preflight, rc=1).stderr
+
+  (status,) = scripts('status')
+  _wait_for(logs / 'latest.log', 'step 1')
+  assert f'running pid {pid}: step 1' in run(status).stdout
   args = (home / 'job.args').read_text()
   assert f'-m ada_jax.main --config configs/tiny_arith.py --workdir {WORKDIR}' in args
   assert f'ADA_DISTRIBUTED=1 JAX_COMPILATION_CACHE_DIR={WORKDIR}/jax_cache' in args
 
-  (stop,) = _remote_scripts(sh('--dry-run', *POD, '--grace', '20', 'stop').stdout)
-  assert f'job {pid} stopped' in worker(stop).stdout
+  # SIGTERM reaches the job, which checkpoints and exits 75: the code is kept.
+  (stop,) = scripts('--grace', '20', 'stop')
+  assert f'job {pid} stopped, {RESUMABLE}' in run(stop).stdout
   assert (home / 'job.args').read_text().endswith('saved\n')
-  assert not (home / 'ada_logs' / 'job.pid').exists()
-  assert 'no job' in worker(stop).stdout
+  assert not (logs / 'job.pid').exists()
+  assert (logs / 'job.rc').read_text() == '75\n'
+  assert f'abc123, {RESUMABLE}: stopped' in run(status).stdout
+  assert 'no job' in run(stop).stdout
+
+
+@pytest.mark.parametrize(
+  ('code', 'state'),
+  [
+    (0, 'exit 0: finished'),
+    (75, RESUMABLE),
+    (1, 'failed (exit 1): see logs'),
+    (2, 'failed (exit 2): see logs'),
+  ],
+)
+def test_worker_status_tells_how_the_job_ended(worker, code, state):
+  """`status` maps the exit code the job's wrapper wrote to words."""
+  home, scripts, run = worker
+  (home / 'exit_code').write_text(str(code))
+  _, launch = scripts('run', 'tiny_arith', '--workdir', WORKDIR)
+  run(launch)
+  assert _wait_for(home / 'ada_logs' / 'job.rc') == f'{code}\n'
+  (status,) = scripts('status')
+  out = run(status).stdout
+  assert f': code abc123, {state}: exiting {code}\n' in out
+  # The log's last line is the job's, not a job-control notice of the wrapper.
+  assert (home / 'ada_logs' / 'latest.log').read_text().endswith(f'exiting {code}\n')
+
+
+def test_worker_status_after_a_forced_stop_and_without_a_code(worker):
+  home, scripts, run = worker
+  logs = home / 'ada_logs'
+  _, launch = scripts('run', 'tiny_arith', '--workdir', WORKDIR)
+  run(launch)
+  pid = int((logs / 'job.pid').read_text())
+  _wait_for(logs / 'latest.log', 'step 1')
+  (stop,) = scripts('--force', 'stop')
+  assert f'job {pid} stopped, failed (exit 137): see logs' in run(stop).stdout
+  (status,) = scripts('status')
+  assert 'failed (exit 137): see logs' in run(status).stdout
+  # A pid file whose job ended without a code (its wrapper killed too).
+  (logs / 'job.rc').unlink()
+  (logs / 'job.pid').write_text(f'{pid}\n')
+  assert 'ended, exit code not recorded: see logs' in run(status).stdout
+  (logs / 'job.pid').unlink()
+  assert 'abc123, no job:' in run(status).stdout
