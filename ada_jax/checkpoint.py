@@ -17,6 +17,17 @@ moved to `WORKDIR/checkpoints.corrupt/` with a warning and the previous one is
 tried; one whose paths or shapes differ from the target raises instead (a
 changed config, not a broken file).
 
+Failed saves stop the run: a save first proves the directory writable (a
+small probe file: orbax's background threads would otherwise wait minutes
+for a step directory that was never made), and `check()`, which the trainer
+calls at the next step and before anything that claims the run saved (its
+summary, a preemption exit), waits for the save in flight and raises
+`CheckpointSaveError` if it did not commit. After that error the
+Checkpointer no longer waits on orbax, so the process can exit at once.
+
+Readers of another run (`restore_params`, `read_only=True`) never write:
+no directory creation, no cleanup of unfinished saves, no quarantine.
+
 Preemption: `install_signal_handlers()` makes SIGTERM/SIGINT set a flag, and
 `should_save(step)`, called by every host at every step, is the sync point:
 it gathers the flags of all hosts (one tiny collective) and asks orbax's
@@ -29,6 +40,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import os
 import signal
 import time
 import types
@@ -54,6 +66,10 @@ class CorruptCheckpointError(RuntimeError):
 
 class CheckpointMismatchError(ValueError):
   """A checkpoint whose leaf paths or shapes differ from the restore target."""
+
+
+class CheckpointSaveError(RuntimeError):
+  """A checkpoint that could not be written; the run must stop (one line)."""
 
 
 # Multi-host agreement.
@@ -121,13 +137,14 @@ def restore_params(
 ) -> tuple[int, PyTree, dict[str, Any]]:
   """(step, params, extras) of another run's latest usable checkpoint.
 
-  For readers of a finished run (export, warm starts): params only, placed
-  as `abstract_params`' shardings say.
+  For readers of a finished or running run (evaluation, export, prompt
+  selection, warm starts): params only, placed as `abstract_params`'
+  shardings say; nothing in `workdir` is written (a read-only reader).
 
   Raises:
     FileNotFoundError: `workdir` has no usable checkpoint.
   """
-  ckpt = Checkpointer(workdir, keep=1 << 30)
+  ckpt = Checkpointer(workdir, read_only=True)
   try:
     got = ckpt.restore_latest(abstract_params)
   finally:
@@ -168,8 +185,9 @@ class Checkpointer:
     keep: int = 3,
     every_steps: int = 100,
     async_save: bool = True,
+    read_only: bool = False,
   ):
-    """Opens (creating) the checkpoint directory.
+    """Opens (creating, unless read-only) the checkpoint directory.
 
     Args:
       workdir: run directory, local or gs://.
@@ -177,6 +195,8 @@ class Checkpointer:
       every_steps: `should_save` says yes when `step % every_steps == 0`.
       async_save: write in a background thread; `save` returns once the
         arrays are copied to host, so the caller may donate them right after.
+      read_only: only restore: nothing in the directory is created, cleaned,
+        moved or written (another run's checkpoints, maybe still training).
     """
     if keep < 1 or every_steps < 1:
       raise ValueError(
@@ -184,6 +204,7 @@ class Checkpointer:
       )
     self.directory = epath.Path(workdir) / 'checkpoints'
     self.every_steps = every_steps
+    self.read_only = read_only
     # Listed before orbax starts, since it removes them in a background thread.
     self._unfinished = self._list_unfinished()
     self._manager = ocp.CheckpointManager(
@@ -195,12 +216,18 @@ class Checkpointer:
         'meta': ocp.JsonCheckpointHandler(),
       },
       options=ocp.CheckpointManagerOptions(
-        max_to_keep=keep,
-        create=True,
-        cleanup_tmp_directories=True,  # leftovers of a crash mid-save.
+        max_to_keep=None if read_only else keep,
+        create=not read_only,
+        # Leftovers of a crash mid-save; a reader must not touch them (they
+        # may be a save in progress).
+        cleanup_tmp_directories=not read_only,
         enable_async_checkpointing=async_save,
+        read_only=read_only,
       ),
     )
+    self._pending: int | None = None  # A step whose save may still run.
+    self.unusable: list[int] = []  # Steps restore_latest found corrupt.
+    self.failed: CheckpointSaveError | None = None
     self._signal_flag = False
     self._old_handlers: dict[int, Any] = {}
     self._decisions: dict[int, bool] = {}
@@ -317,10 +344,16 @@ class Checkpointer:
     Returns:
       Whether a checkpoint was started (it is complete after `wait()`).
     """
+    if self.read_only:
+      raise ValueError(f'checkpoint: {self.directory} was opened read-only')
+    # The previous save first, at every step: a failed one stops the run at
+    # the next step at the latest, not at the next interval.
+    self.check()
     if not force and not self.should_save(step):
       return False
     if step in self._manager.all_steps():
       return False
+    self._probe(step)
     arrays: dict[str, np.ndarray] = {}
     meta: dict[str, Any] = {
       'format': _FORMAT,
@@ -345,9 +378,72 @@ class Checkpointer:
     if arrays:
       items['extras_arrays'] = ocp.args.PyTreeSave(arrays)
     items['meta'] = ocp.args.JsonSave(meta)
-    saved = self._manager.save(step, args=ocp.args.Composite(**items), force=True)
+    try:
+      saved = self._manager.save(step, args=ocp.args.Composite(**items), force=True)
+    except Exception as e:
+      raise self._fail(step, e) from e
     logging.info('checkpoint: saving step %d to %s', step, self.directory)
+    if saved:
+      self._pending = step
     return bool(saved)
+
+  def _fail(self, step: int, cause: BaseException | str) -> CheckpointSaveError:
+    """Records and returns the error that stops the run (one line)."""
+    if isinstance(cause, BaseException):
+      text = ' '.join(f'{type(cause).__name__}: {cause}'.split())[:400]
+    else:
+      text = cause
+    self.failed = CheckpointSaveError(
+      f'checkpoint: saving step {step} to {self.directory} failed ({text})'
+    )
+    self._pending = None
+    return self.failed
+
+  def _probe(self, step: int) -> None:
+    """Raises CheckpointSaveError unless the directory takes a file now.
+
+    Orbax makes the step directory in a background thread, and when that
+    fails the other threads wait for it until a 300 s coordination timeout:
+    a save into an unwritable directory would hang the run that long.
+    """
+    if jax.process_index() == 0:
+      probe = self.directory / f'.write_probe.{os.getpid()}'
+      try:
+        self.directory.mkdir(parents=True, exist_ok=True)
+        probe.write_text('')
+        probe.unlink()
+        problem = ''
+      except OSError as e:
+        problem = f'{type(e).__name__}: {e.strerror or e}'
+    else:
+      problem = ''
+    if _any_host(bool(problem)):
+      raise self._fail(step, problem or 'not writable on process 0')
+
+  def check(self) -> None:
+    """Waits for the save in flight, if any; raises if it did not commit.
+
+    Every host calls it at the same points (it may sync hosts). Called by
+    `save` before the next save, and by the trainer at each step boundary and
+    before a summary or preemption exit says the run is saved.
+
+    Raises:
+      CheckpointSaveError: the step's save failed (also kept in `failed`).
+    """
+    if self.failed is not None:
+      raise self.failed
+    step = self._pending
+    if step is None:
+      return
+    try:
+      self._manager.wait_until_finished()
+      self._manager.check_for_errors()
+    except Exception as e:
+      raise self._fail(step, e) from e
+    self._pending = None
+    committed = (self.directory / str(step) / _COMMIT_MARKER).exists()
+    if _any_host(not committed):
+      raise self._fail(step, 'the step did not commit (see the log above)')
 
   # Restore.
 
@@ -379,7 +475,8 @@ class Checkpointer:
     if abstract_opt_state is not None:
       targets['opt_state'] = fmt.flat(abstract_opt_state)
     self._checksums([x for _, leaves, _ in targets.values() for x in leaves], True)
-    self._warn_unfinished()
+    if not self.read_only:  # A reader may be looking at a save in progress.
+      self._warn_unfinished()
     for step in reversed(self.steps()):
       out, reason = None, 'failed on another host'
       try:
@@ -399,7 +496,9 @@ class Checkpointer:
         self.directory,
         reason,
       )
-      self._quarantine(step)
+      self.unusable.append(step)
+      if not self.read_only:
+        self._quarantine(step)
     return None
 
   def _restore_step(self, step: int, targets: dict[str, tuple]) -> tuple:
@@ -492,14 +591,20 @@ class Checkpointer:
   # Lifetime.
 
   def wait(self) -> None:
-    """Blocks until a background save is complete on disk."""
-    self._manager.wait_until_finished()
+    """Blocks until a background save is complete on disk (see `check`).
+
+    After a failed save it returns at once: orbax's threads for that save
+    may wait minutes on each other, and the run is stopping anyway.
+    """
+    if self.failed is None:
+      self.check()
 
   def close(self) -> None:
     """Finishes pending writes and puts back the signal handlers."""
-    self._manager.wait_until_finished()
-    self._manager.close()
     self.restore_signal_handlers()
+    if self.failed is None:
+      self.check()
+      self._manager.close()
 
   def __enter__(self) -> Checkpointer:
     return self

@@ -118,6 +118,13 @@ def builder(
   )
 
 
+def is_prepared(name: str, data_dir: str | os.PathLike[str]) -> bool:
+  """Whether dataset `name` (default builder settings) is built in `data_dir`."""
+  if not os.path.isdir(os.fspath(data_dir)):
+    return False
+  return builder(name.partition(':')[0], data_dir=data_dir).is_prepared()
+
+
 def load_examples(
   name: str,
   split: str,

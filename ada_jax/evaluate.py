@@ -5,10 +5,11 @@ r"""Ave@k and pass@k of a policy on benchmark sets (reference section 8.2).
       [--out DIR] [--max-new-tokens N] [--temperature 1.0] [--slots S] \
       [--config.key=value ...]
 
-DIR is a run workdir (its latest checkpoint is restored through
-`main.build_trainer`, so the config must describe the run's model) or a
-Hugging Face directory (config.json + safetensors; its tokenizer unless
-`model.tokenizer_path` is set). Every problem gets k samples at temperature
+DIR is a run workdir (its latest checkpoint's params are restored
+read-only through `from_config.policy`, so the config must describe the
+run's model; nothing in DIR is written but OUT) or a Hugging Face directory
+(config.json + safetensors; its tokenizer unless `model.tokenizer_path` is
+set). Every problem gets k samples at temperature
 1.0 (the reference: K=32, 4096 new tokens), all through
 `pass_rates.sample_and_score`, i.e. the run's fixed-shape sampler in chunks
 of S slots: one compile for the whole evaluation. New tokens default to
@@ -18,8 +19,11 @@ prompt bucket: Qwen2.5-Math has 4096 positions, so 1024 + 3072.
 Datasets: `math500`, `minerva_math`, `olympiadbench`, `aime_like`,
 `validate`, `custom` or any `ada_math_local/<config>` (their default
 split), `ada_arith` (its test split); `NAME:SPLIT` picks another split.
+The run's own dataset (`data.name`, e.g. ada_arith) is evaluated on the
+band of levels the run used (`data.levels`), as its in-run evaluation was.
 The reference grades Minerva with the Qwen2.5-Math grader; here every set
-uses `ada_jax.verifier`.
+uses `ada_jax.verifier`. Datasets are read from `data.data_dir`, else from
+the run's `tfds/` when already built there, else built into OUT/tfds.
 
 Writes OUT/eval.json and OUT/eval.md (OUT defaults to CHECKPOINT/eval):
 per set the problems, Ave@k (mean accuracy over problems x k samples) and
@@ -160,52 +164,6 @@ def dataset_split(name: str) -> tuple[str, str]:
   return f'ada_math_local/{short}', split or configs[short].split
 
 
-def _is_hf_dir(path: str) -> bool:
-  """config.json next to safetensors (a run workdir has a config.json too)."""
-  if path.startswith('gs://'):
-    return False
-  return os.path.isfile(os.path.join(path, 'config.json')) and any(
-    os.path.isfile(os.path.join(path, f))
-    for f in ('model.safetensors', 'model.safetensors.index.json')
-  )
-
-
-def load_policy(c, checkpoint: str) -> tuple[Any, Any, int, int]:
-  """(sampling-layout model, tokenizer, step, max positions) from a checkpoint."""
-  import jax.numpy as jnp
-
-  from ada_jax import hf, sharding
-  from ada_jax import main as main_lib
-  from ada_jax import tokenizer as tokenizer_lib
-
-  if _is_hf_dir(checkpoint):
-    mesh = sharding.make_mesh(dict(c.mesh))
-    tok = tokenizer_lib.load_tokenizer(c.model.tokenizer_path or checkpoint)
-    model = hf.load_model(
-      checkpoint,
-      dtype=jnp.dtype(c.model.dtype),
-      param_dtype=jnp.dtype(c.model.param_dtype),
-      mesh=mesh,
-      rules=sharding.SAMPLE_RULES,
-    )
-    return model, tok, 0, model.config.max_position_embeddings
-  from etils import epath
-
-  if not (epath.Path(checkpoint) / 'checkpoints').exists():
-    raise FileNotFoundError(
-      f'--checkpoint {checkpoint}: no checkpoint under {checkpoint}/checkpoints '
-      'and no config.json + safetensors (not an HF directory either)'
-    )
-  trainer = main_lib.build_trainer(c, checkpoint)
-  if not trainer.ckpt.steps():
-    raise FileNotFoundError(
-      f'--checkpoint {checkpoint}: no checkpoint under {checkpoint}/checkpoints '
-      'and no config.json (not an HF directory either)'
-    )
-  model = trainer.sampling_model()
-  return model, trainer.tok, trainer.step, trainer.config.max_position_embeddings
-
-
 def score_examples(
   c,
   model,
@@ -285,10 +243,14 @@ def evaluate(
   import jax
   from etils import epath
 
-  from ada_jax import data
+  from ada_jax import data, from_config, run_dir
 
   sets = [dataset_split(name) for name in datasets]
-  model, tok, step, positions = load_policy(c, checkpoint)
+  if out_dir != os.path.join(checkpoint, 'eval'):
+    run_dir.refuse_run_dir(out_dir, '--out')
+  policy = from_config.policy(c, checkpoint)
+  model, tok, step = policy.model, policy.tok, policy.step
+  positions = policy.max_positions
   bucket = c.data.prompt_bucket
   limit = positions - bucket
   if max_new_tokens > limit:
@@ -301,21 +263,18 @@ def evaluate(
       bucket,
     )
     max_new_tokens = limit
-  data_dir = c.data.data_dir or (
-    os.path.join(checkpoint, 'tfds')
-    if not _is_hf_dir(checkpoint)
-    else os.path.join(out_dir, 'tfds')
-  )
   results, dropped = {}, {}
   for i, (name, split) in enumerate(sets):  # Keyed by the name as given.
     ex = data.load_examples(
       name,
       split,
-      data_dir=data_dir,
+      data_dir=from_config.data_dir(c, name, policy.run, out_dir),
       manual_dir=c.data.manual_dir or None,
       tokenizer=tok,
       template=c.data.template,
     )
+    if name == c.data.name:  # The run's own task: the band it trained on.
+      ex = data.select_levels(ex, c.data.get('levels', ''))
     ex, dropped[name] = data.drop_long_prompts(tok, ex, bucket)
     if dropped[name]:
       logging.warning(
@@ -359,20 +318,6 @@ def evaluate(
   return report
 
 
-def _load_config(config: str, overrides: Sequence[str]):
-  """The ConfigDict of `CONFIG[:arg]` with `--config.x=v` overrides (absl)."""
-  from absl import flags
-  from ml_collections import config_flags
-
-  argv = ['evaluate', f'--config={config}', *overrides]
-  fv = flags.FlagValues()
-  holder = config_flags.DEFINE_config_file(
-    'config', None, 'config', flag_values=fv, sys_argv=argv
-  )
-  fv(argv)
-  return holder.value
-
-
 def parser() -> argparse.ArgumentParser:
   """The command line's options; `--config.x=v` overrides are passed through."""
   p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -396,14 +341,18 @@ def main(argv: Sequence[str] | None = None) -> None:
   if bad:
     parser_.error(f'unknown arguments {bad}')
   logging.getLogger().setLevel(logging.INFO)
-  from ada_jax import main as main_lib
+  from ada_jax import from_config, multihost, run_dir
 
-  main_lib.init_distributed()
-  c = _load_config(args.config, rest)
-  if not c.model.hf_path and _is_hf_dir(args.checkpoint):
-    c.model.hf_path = args.checkpoint
   try:
-    main_lib.validate(c)
+    c = from_config.load(args.config, rest)
+  except from_config.ConfigError as e:
+    sys.exit(f'error: {e}')
+  multihost.init_distributed()
+  if not c.model.hf_path and from_config.is_hf_dir(args.checkpoint):
+    with c.unlocked():
+      c.model.hf_path = args.checkpoint
+  try:
+    from_config.validate(c)
     evaluate(
       c,
       args.checkpoint,
@@ -415,7 +364,7 @@ def main(argv: Sequence[str] | None = None) -> None:
       slots=args.slots,
       seed=args.seed,
     )
-  except (FileNotFoundError, ValueError) as e:
+  except (FileNotFoundError, ValueError, run_dir.WorkdirError) as e:
     sys.exit(f'error: {e}')
 
 

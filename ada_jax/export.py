@@ -4,7 +4,9 @@ r"""Exports a run's latest checkpoint as a Hugging Face directory.
       [--config configs/tiny_arith.py[:arg] [--config.key=value ...]]
 
 The run's config comes from `DIR/config.json` (written by the trainer's
-MetricsWriter) unless `--config` is given. The model skeleton is rebuilt from
+MetricsWriter) unless `--config` is given. Nothing in DIR is written: the
+params are restored read-only, and HF_DIR may not be a run directory
+(`--out DIR` would overwrite the run's config.json). The model skeleton is rebuilt from
 it (the HF architecture of `model.hf_path`, or the tiny model), the params of
 the latest complete checkpoint are restored into it (no optimizer state), and
 `HF_DIR` gets what `ada_jax.hf.save_model` writes (config.json,
@@ -19,20 +21,20 @@ task's, base models) gets one that renders the run's prompt template around
 the user message, so `apply_chat_template(..., add_generation_prompt=True)`
 gives exactly the prompts the policy was trained on.
 
-Export from a finished or paused run: opening the checkpoint directory
-clears unfinished (tmp) saves, which would break a save in progress.
+Export from a finished, paused or running run: the reader leaves
+unfinished (tmp) saves alone and takes the latest complete step.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import logging
 import os
 import shutil
 import sys
+from collections.abc import Sequence
 from typing import Any
-
-from absl import app, flags
 
 # Files of a HF tokenizer directory; config.json and generation_config.json
 # are the model's and come from save_model.
@@ -83,16 +85,30 @@ def chat_template_for(template: str) -> str | None:
 
 
 def read_config(workdir: str) -> Any:
-  """The run's ConfigDict from WORKDIR/config.json."""
+  """The run's ConfigDict from WORKDIR/config.json.
+
+  Raises:
+    FileNotFoundError: no config.json there.
+    ValueError: a config.json that is not a run's (one line naming it).
+  """
   import ml_collections
   from etils import epath
 
-  from ada_jax import metrics as metrics_lib
+  from ada_jax import run_dir
 
-  path = epath.Path(workdir) / metrics_lib.CONFIG_FILE
+  path = epath.Path(workdir) / run_dir.CONFIG_FILE
   if not path.exists():
     raise FileNotFoundError(f'{path} not found: pass --config CONFIG[:arg]')
-  return ml_collections.ConfigDict(json.loads(path.read_text()))
+  try:
+    raw = json.loads(path.read_text())
+  except ValueError as e:
+    raise ValueError(f'{path}: not valid JSON ({e}); pass --config') from None
+  if not isinstance(raw, dict) or not {'model', 'data'} <= set(raw):
+    raise ValueError(
+      f'{path} is not a run config (no model/data keys; an HF config.json?): '
+      'pass --config CONFIG[:arg]'
+    )
+  return ml_collections.ConfigDict(raw)
 
 
 def write_tokenizer(tok, out: str, template: str) -> None:
@@ -136,12 +152,14 @@ def export(c, workdir: str, out: str) -> int:
   from flax import nnx
 
   from ada_jax import checkpoint as checkpoint_lib
-  from ada_jax import hf, prompts, sharding
-  from ada_jax import main as main_lib
+  from ada_jax import from_config, hf, prompts, run_dir, sharding
   from ada_jax import model as model_lib
 
-  tok = main_lib.load_tokenizer(c, workdir)
-  config = main_lib.model_config(c, tok)
+  if os.path.abspath(out) == os.path.abspath(workdir):
+    raise run_dir.WorkdirError(f'--out {out} is the run itself: pass another directory')
+  run_dir.refuse_run_dir(out, '--out')
+  tok = from_config.tokenizer(c)  # The tiny one in a temp dir: DIR stays as it is.
+  config = from_config.model_config(c, tok)
   # Params split over all devices (fsdp): any mesh restores any checkpoint.
   mesh = sharding.make_mesh((1, -1, 1))
   abstract = nnx.eval_shape(lambda: model_lib.Transformer(config, rngs=nnx.Rngs(0)))
@@ -161,26 +179,41 @@ def export(c, workdir: str, out: str) -> int:
   return step
 
 
-def main(argv) -> None:
-  """Entry point (absl app); --config and --workdir are ada_jax.main's flags."""
-  del argv
+def parser() -> argparse.ArgumentParser:
+  """--workdir, --out, optional --config; `--config.key=value` pass through."""
+  p = argparse.ArgumentParser(
+    prog='python -m ada_jax.export', description=__doc__.splitlines()[0]
+  )
+  p.add_argument('--workdir', required=True, help='the run directory')
+  p.add_argument('--out', required=True, help='the HF directory to write')
+  p.add_argument(
+    '--config', default=None, help='configs/NAME.py[:arg] (default: DIR/config.json)'
+  )
+  return p
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+  """Command line (see the module docstring)."""
+  p = parser()
+  args, rest = p.parse_known_args(argv)
+  if any(not a.startswith('--config.') for a in rest):
+    p.error(f'unknown arguments {rest} (only --config.KEY=VALUE pass through)')
+  if rest and args.config is None:
+    p.error('--config.KEY=VALUE overrides need --config')
   logging.getLogger().setLevel(logging.INFO)
-  fl = flags.FLAGS
-  workdir, out = fl.workdir, fl.out
-  if not workdir or not out:
-    sys.exit(
-      'usage: python -m ada_jax.export --workdir DIR --out HF_DIR [--config ...]'
+  from ada_jax import from_config, run_dir
+
+  try:
+    c = (
+      from_config.load(args.config, rest)
+      if args.config is not None
+      else read_config(args.workdir)
     )
-  c = fl.config if fl.config is not None else read_config(workdir)
-  step = export(c, workdir, out)
-  print(f'exported step {step} of {workdir} to {out}')
+    step = export(c, args.workdir, args.out)
+  except (FileNotFoundError, ValueError, run_dir.WorkdirError) as e:
+    sys.exit(f'error: {e}')
+  print(f'exported step {step} of {args.workdir} to {args.out}')
 
 
 if __name__ == '__main__':
-  # ada_jax.main defines --config (CONFIG[:arg] plus --config.key=value
-  # overrides) and --workdir; this command adds --out.
-  from ada_jax import main as main_lib
-
-  main_lib.define_flags()
-  flags.DEFINE_string('out', None, 'Output HF directory.')
-  app.run(main)
+  main()

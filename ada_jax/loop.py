@@ -3,21 +3,27 @@
 `fit(trainer)` drives a `train.Trainer` from wherever its checkpoint left
 off to the end of the run, writing DIR/summary.json, the metrics rows, PNG
 plots and a summary table on stdout (process 0). A preemption (SIGTERM) ends
-it at the next step boundary with a checkpoint, and rerunning resumes.
+it at the next step boundary with a checkpoint, recorded in summary.json as
+`preempted_at` (the RL step; 0 during SFT) and `preempted_phase`, and
+rerunning resumes (the main job then exits 75, `exit_codes.STOPPED`). A
+checkpoint that fails to write raises `CheckpointSaveError` at the next step
+at the latest, and always before the summary says the run saved.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import sys
 from typing import Any
 
 import jax
 from etils import epath
 from tqdm import tqdm
 
+from ada_jax import checkpoint as checkpoint_lib
 from ada_jax import metrics as metrics_lib
-from ada_jax import multihost, pass_rates, train
+from ada_jax import multihost, pass_rates, run_dir, train
 
 
 def fit(trainer: train.Trainer) -> dict[str, Any]:
@@ -29,16 +35,23 @@ def fit(trainer: train.Trainer) -> dict[str, Any]:
   """
   rl = trainer.rl
   writer = trainer.writer
-  summary_path = epath.Path(writer.workdir) / 'summary.json'
+  summary_path = epath.Path(writer.workdir) / run_dir.SUMMARY_FILE
   summary = json.loads(summary_path.read_text()) if summary_path.exists() else {}
   if trainer.ckpt is not None:
     trainer.ckpt.install_signal_handlers()
   is_main = jax.process_index() == 0
+
+  def stopped(phase: str, step: int) -> dict[str, Any]:
+    summary.update(preempted_at=step, preempted_phase=phase)
+    writer.flush()
+    if is_main:
+      summary_path.write_text(json.dumps(summary, indent=2))
+    return summary
+
   try:
     trainer.run_sft()
     if not trainer.sft_done:  # Preempted during SFT: nothing to save yet.
-      summary['preempted_at'] = 0
-      return summary
+      return stopped('sft', 0)
     # Process 0's summary decides: every host must run the same evaluations
     # (their sampling is collective), whatever its own disk holds.
     if multihost.broadcast_from_main('before_rl' not in summary):
@@ -72,16 +85,19 @@ def fit(trainer: train.Trainer) -> dict[str, Any]:
       )
       trainer.save()
       if trainer.ckpt is not None and trainer.ckpt.stop_requested:
+        trainer.ckpt.check()  # The checkpoint is on disk before we say so.
         logging.warning('stopping at step %d after the preemption checkpoint', step)
-        summary['preempted_at'] = step
-        return summary
+        return stopped('rl', step)
     summary.pop('preempted_at', None)
+    summary.pop('preempted_phase', None)
     summary['after_rl'] = {
       **trainer.evaluate(),
       'pass_rate_histogram': trainer.pass_rate_histogram(),
     }
     summary['steps'] = trainer.step
     trainer.save(force=True)
+    if trainer.ckpt is not None:
+      trainer.ckpt.check()  # Saved, or CheckpointSaveError before any summary.
     writer.flush()
     if is_main:
       summary_path.write_text(json.dumps(summary, indent=2))
@@ -104,8 +120,13 @@ def fit(trainer: train.Trainer) -> dict[str, Any]:
   finally:
     writer.flush()
     if trainer.ckpt is not None:
-      trainer.ckpt.wait()
       trainer.ckpt.restore_signal_handlers()
+      try:
+        trainer.ckpt.wait()
+      except checkpoint_lib.CheckpointSaveError as e:
+        if sys.exc_info()[1] is None:  # Nothing else is on its way up.
+          raise
+        logging.error('%s', e)
 
 
 def _accuracy(result: dict[str, float]) -> str:

@@ -1,21 +1,26 @@
 """Run metrics: JSONL rows, decoded samples, TensorBoard events, plots.
 
 `MetricsWriter` writes, on process 0 only:
-  - `DIR/metrics.jsonl`: one JSON object per step, with `step` and `phase`;
+  - `DIR/metrics.jsonl`: one JSON object per (phase, step), with `step` and
+    `phase`;
   - `DIR/samples.jsonl`: a few decoded samples per step (how reward hacking
     gets spotted);
-  - TensorBoard scalars (`DIR/events.out.tfevents.*`), encoded here in a few
-    lines of protobuf wire format so that no TensorFlow and no extra package
-    is needed;
+  - TensorBoard scalars in `DIR/tb/<phase>/events.out.tfevents.*`, encoded
+    here in a few lines of protobuf wire format so that no TensorFlow and no
+    extra package is needed; one directory per phase, because phases count
+    their own steps (SFT's step 40 and RL's step 40 are different rows);
   - optionally Weights & Biases (imported only when a project is given).
 
 Workdirs may be local or gs:// (etils.epath). Object stores cannot append, so
 remote files are kept in memory and rewritten at most every `remote_flush_s`
 seconds and on flush()/close(); local files are appended and flushed at once.
 
-Resuming: `MetricsWriter(..., resume_step=s)` drops rows with step >= s from
-both JSONL files (a killed run may have logged steps past its last
-checkpoint) and tells TensorBoard to discard its events from step s on.
+Resuming: `MetricsWriter(..., keep={'rl': s})` drops the rows of phase `rl`
+with step > s from both JSONL files (a killed run may have logged steps past
+its last checkpoint), keeps every other phase's rows, and tells TensorBoard
+to discard the `rl` events after step s (a SessionLog START at s + 1 in
+`tb/rl/`, which TensorBoard applies to that directory only). A half-written
+last line is dropped too.
 """
 
 import io
@@ -31,9 +36,10 @@ from typing import Any
 import numpy as np
 from etils import epath
 
-METRICS_FILE = 'metrics.jsonl'
-SAMPLES_FILE = 'samples.jsonl'
-CONFIG_FILE = 'config.json'
+from ada_jax import run_dir
+from ada_jax.run_dir import CONFIG_FILE, METRICS_FILE, SAMPLES_FILE
+
+__all__ = ['CONFIG_FILE', 'METRICS_FILE', 'SAMPLES_FILE']  # Re-exported names.
 
 # What every RL row must hold (issue 7, item 6); the trainer's tests check it.
 RL_KEYS: tuple[str, ...] = (
@@ -213,8 +219,8 @@ class _AppendFile:
     self._pending.clear()
 
 
-def _truncate_jsonl(path: epath.Path, from_step: int) -> None:
-  """Keeps the rows of a JSONL file with step < from_step.
+def _truncate_jsonl(path: epath.Path, keep: Mapping[str, int]) -> None:
+  """Drops rows of phase p with step > keep[p]; other phases keep every row.
 
   A half-written last line (the process was killed mid-write) is dropped too.
   """
@@ -226,7 +232,8 @@ def _truncate_jsonl(path: epath.Path, from_step: int) -> None:
       row = json.loads(line)
     except json.JSONDecodeError:
       continue
-    if row.get('step', -1) < from_step:
+    last = keep.get(row.get('phase', 'rl'))
+    if last is None or row.get('step', -1) <= last:
       kept.append(line + '\n')
   path.write_text(''.join(kept))
 
@@ -242,7 +249,7 @@ class MetricsWriter:
     tensorboard: bool = True,
     wandb_project: str | None = None,
     config: Any = None,
-    resume_step: int | None = None,
+    keep: Mapping[str, int] | None = None,
     remote_flush_s: float = 60.0,
   ):
     """Opens the writer.
@@ -255,21 +262,25 @@ class MetricsWriter:
         and never imports it.
       config: run configuration (a dict or an ml_collections ConfigDict); written to
         `DIR/config.json` and given to wandb.
-      resume_step: first step of a resumed run; rows with step >= it are
-        dropped from the existing files.
+      keep: a resumed run's position per phase: rows of phase p with
+        step > keep[p] are dropped from the existing files (and from
+        TensorBoard's view); phases not listed keep all their rows.
       remote_flush_s: minimum seconds between rewrites of remote files.
     """
     self.workdir = epath.Path(workdir)
     self.active = process_index == 0
+    self._keep = dict(keep or {})
+    self._tensorboard = tensorboard
+    self._remote_flush_s = remote_flush_s
     self._files: list[_AppendFile] = []
-    self._tb: _AppendFile | None = None
+    self._tb: dict[str, _AppendFile] = {}
     self._wandb = None
     if not self.active:
       return
     self.workdir.mkdir(parents=True, exist_ok=True)
-    if resume_step is not None:
-      _truncate_jsonl(self.workdir / METRICS_FILE, resume_step)
-      _truncate_jsonl(self.workdir / SAMPLES_FILE, resume_step)
+    if self._keep:
+      _truncate_jsonl(self.workdir / METRICS_FILE, self._keep)
+      _truncate_jsonl(self.workdir / SAMPLES_FILE, self._keep)
     self._metrics = _AppendFile(self.workdir / METRICS_FILE, remote_flush_s)
     self._samples = _AppendFile(self.workdir / SAMPLES_FILE, remote_flush_s)
     self._files = [self._metrics, self._samples]
@@ -277,24 +288,6 @@ class MetricsWriter:
     if config is not None:
       config_dict = config_json(config)
       (self.workdir / CONFIG_FILE).write_text(json.dumps(config_dict, indent=2))
-    if tensorboard:
-      # A fresh file per writer: TensorBoard reads all tfevents files in name
-      # order, so a writer reopened within the same second gets the next index.
-      base = (
-        f'events.out.tfevents.{int(time.time()):010d}.{socket.gethostname()}'
-        f'.{os.getpid()}'
-      )
-      index = 0
-      while (self.workdir / f'{base}.{index:03d}.ada_jax').exists():
-        index += 1
-      tb_path = self.workdir / f'{base}.{index:03d}.ada_jax'
-      self._tb = _AppendFile(tb_path, remote_flush_s)
-      self._files.append(self._tb)
-      self._tb.append(_event(0, file_version='brain.Event:2'))
-      if resume_step is not None:
-        # SessionLog.START at step s makes TensorBoard purge older events with
-        # step >= s, the TensorBoard side of the JSONL truncation.
-        self._tb.append(_event(resume_step, session_start=True))
     if wandb_project:
       import wandb  # Optional dependency: imported only when asked for.
 
@@ -302,13 +295,40 @@ class MetricsWriter:
         project=wandb_project, config=config_dict, name=self.workdir.name
       )
 
+  def _tb_file(self, phase: str) -> _AppendFile:
+    """The phase's event file, opened at its first event."""
+    if phase not in self._tb:
+      # A fresh file per writer: TensorBoard reads all tfevents files of a
+      # directory in name order, so a writer reopened within the same second
+      # gets the next index.
+      directory = self.workdir / run_dir.TB_DIR / phase
+      directory.mkdir(parents=True, exist_ok=True)
+      base = (
+        f'events.out.tfevents.{int(time.time()):010d}.{socket.gethostname()}'
+        f'.{os.getpid()}'
+      )
+      index = 0
+      while (directory / f'{base}.{index:03d}.ada_jax').exists():
+        index += 1
+      f = _AppendFile(directory / f'{base}.{index:03d}.ada_jax', self._remote_flush_s)
+      f.append(_event(0, file_version='brain.Event:2'))
+      if phase in self._keep:
+        # SessionLog.START at step s + 1 makes TensorBoard purge this
+        # directory's older events with step > s: the TensorBoard side of
+        # the JSONL truncation.
+        f.append(_event(self._keep[phase] + 1, session_start=True))
+      self._tb[phase] = f
+      self._files.append(f)
+    return self._tb[phase]
+
   def write(self, step: int, metrics: Mapping[str, Any], *, phase: str = 'rl') -> None:
     """Logs one row: `step`, `phase`, then the metrics in the given order.
 
     Args:
-      step: training step (rows are identified by it on resume).
+      step: the phase's step (rows are identified by (phase, step) on resume).
       metrics: name -> scalar or list of scalars (numpy/jax values fine).
-      phase: e.g. `sft` or `rl`; also the TensorBoard/wandb tag prefix.
+      phase: e.g. `sft` or `rl`; also the TensorBoard directory and the
+        TensorBoard/wandb tag prefix.
     """
     if not self.active:
       return
@@ -316,8 +336,8 @@ class MetricsWriter:
     row.update(to_python(dict(metrics)))
     self._metrics.append((json.dumps(row) + '\n').encode())
     scalars = dict(_scalars(row, phase))
-    if self._tb is not None and scalars:
-      self._tb.append(_event(int(step), scalars=scalars))
+    if self._tensorboard and scalars:
+      self._tb_file(phase).append(_event(int(step), scalars=scalars))
     if self._wandb is not None:
       self._wandb.log(scalars, step=int(step))
 

@@ -16,6 +16,7 @@ gathered, global values, identical on every host.
 - `sum_over_hosts`, `any_host`, `broadcast_from_main`: small agreements.
 - `main_first`: process 0 runs a block (e.g. builds a dataset on a shared
   disk) before the others run it.
+- `init_distributed`: joins `jax.distributed` as the environment says.
 
 With one process every helper is a plain local operation (no collective, no
 compile), so single-process runs are unchanged.
@@ -26,6 +27,8 @@ Dimension legend: B prompts (batch rows), S sampling slots.
 from __future__ import annotations
 
 import contextlib
+import logging
+import os
 from collections.abc import Iterator, Mapping
 
 import jax
@@ -168,3 +171,41 @@ def main_first(name: str) -> Iterator[None]:
   yield
   if multi and jax.process_index() == 0:
     multihost_utils.sync_global_devices(f'{name}_main_done')
+
+
+def init_distributed() -> None:
+  """jax.distributed from the environment; a no-op without these variables.
+
+  ADA_DISTRIBUTED=1 (set by launch_tpu.sh): `jax.distributed.initialize()`
+  with TPU auto-detection. ADA_COORDINATOR, ADA_NUM_PROCESSES and
+  ADA_PROCESS_ID: explicit initialization (the two-process CPU tests, over
+  gloo).
+  """
+  if os.environ.get('ADA_COORDINATOR'):
+    missing = [
+      k for k in ('ADA_NUM_PROCESSES', 'ADA_PROCESS_ID') if not os.environ.get(k)
+    ]
+    if missing:
+      raise ValueError(f'ADA_COORDINATOR is set but {missing} are not')
+    if (
+      jax.config.jax_platforms in (None, '', 'cpu')
+      or os.environ.get('JAX_PLATFORMS') == 'cpu'
+    ):
+      # CPU cross-process collectives (the two-process tests).
+      jax.config.update('jax_cpu_collectives_implementation', 'gloo')
+    jax.distributed.initialize(
+      os.environ['ADA_COORDINATOR'],
+      num_processes=int(os.environ['ADA_NUM_PROCESSES']),
+      process_id=int(os.environ['ADA_PROCESS_ID']),
+    )
+  elif os.environ.get('ADA_DISTRIBUTED') == '1':
+    jax.distributed.initialize()
+  else:
+    return
+  logging.info(
+    'jax.distributed: process %d of %d, %d local of %d devices',
+    jax.process_index(),
+    jax.process_count(),
+    jax.local_device_count(),
+    jax.device_count(),
+  )

@@ -67,10 +67,10 @@ def model_config(c, config_name: str):
   """The policy's ModelConfig: hf_path's config.json, the paper table, or tiny."""
   import jax.numpy as jnp
 
-  from ada_jax import main, memory_plan
+  from ada_jax import from_config, memory_plan
 
-  if c.model.hf_path or c.data.template == 'tiny':  # As main.build_trainer does.
-    return main.model_config(c)
+  if c.model.hf_path or c.data.template == 'tiny':  # As the trainer does.
+    return from_config.model_config(c)
   if config_name in memory_plan.PAPER_MODELS:
     dtype, param_dtype = jnp.dtype(c.model.dtype), jnp.dtype(c.model.param_dtype)
     return memory_plan.model_config_from_table(config_name, dtype, param_dtype)

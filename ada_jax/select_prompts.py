@@ -108,7 +108,8 @@ def run(
 
   Args:
     c: the ConfigDict (data, model, sampling, verifier, rl.slots).
-    checkpoint: a run workdir or an HF directory (`evaluate.load_policy`).
+    checkpoint: a run workdir or an HF directory (`from_config.policy`,
+      read-only).
     out: the JSONL file to write (its folder is created).
     split: the split of `data.name` to select from.
     k: samples per prompt.
@@ -126,9 +127,18 @@ def run(
   import jax
   from etils import epath
 
-  from ada_jax import data, evaluate
+  from ada_jax import data, evaluate, from_config, run_dir
 
-  model, tok, step, positions = evaluate.load_policy(c, checkpoint)
+  if epath.Path(out).is_dir():
+    raise run_dir.WorkdirError(f'--out {out} is a directory: pass a .jsonl file')
+  run_dir.refuse_run_dir(os.path.dirname(os.path.abspath(out)), '--out (its folder)')
+  policy = from_config.policy(c, checkpoint)
+  model, tok, step, positions = (
+    policy.model,
+    policy.tok,
+    policy.step,
+    policy.max_positions,
+  )
   bucket = c.data.prompt_bucket
   max_new_tokens = max_new_tokens or c.sampling.max_new_tokens
   if max_new_tokens > positions - bucket:
@@ -141,12 +151,12 @@ def run(
       bucket,
     )
     max_new_tokens = positions - bucket
-  is_workdir = not evaluate._is_hf_dir(checkpoint)
   examples = data.load_examples(
     c.data.name,
     split,
-    data_dir=c.data.data_dir
-    or (os.path.join(checkpoint, 'tfds') if is_workdir else None),
+    data_dir=from_config.data_dir(
+      c, c.data.name, policy.run, os.path.dirname(os.path.abspath(out))
+    ),
     manual_dir=c.data.manual_dir or None,
     tokenizer=tok,
     template=c.data.template,
@@ -232,19 +242,21 @@ def main(argv: Sequence[str] | None = None) -> None:
   if args.k < 1 or not 0 < args.max_pass_rate <= 1:
     p.error('need --k >= 1 and 0 < --max-pass-rate <= 1')
   logging.getLogger().setLevel(logging.INFO)
-  from ada_jax import evaluate, sweep
-  from ada_jax import main as main_lib
+  from ada_jax import from_config, multihost, run_dir
 
-  main_lib.init_distributed()
   options = vars(args)
   config, checkpoint = options.pop('config'), options.pop('checkpoint')
-  c = sweep.build_config(config, rest)
-  if not c.model.hf_path and evaluate._is_hf_dir(checkpoint):
+  try:
+    c = from_config.load(config, rest)
+  except from_config.ConfigError as e:
+    sys.exit(f'error: {e}')
+  multihost.init_distributed()
+  if not c.model.hf_path and from_config.is_hf_dir(checkpoint):
     c.model.hf_path = checkpoint  # As evaluate does: the policy's own files.
   try:
-    main_lib.validate(c)
+    from_config.validate(c)
     run(c, checkpoint, **options)
-  except (FileNotFoundError, ValueError) as e:
+  except (FileNotFoundError, ValueError, run_dir.WorkdirError) as e:
     sys.exit(f'error: {e}')
 
 

@@ -128,16 +128,9 @@ def load_module(path: str) -> Any:
 
 def build_config(config: str, overrides: Sequence[str]) -> Any:
   """The ConfigDict main would build from `--config=CONFIG` and overrides."""
-  from absl import flags
-  from ml_collections import config_flags
+  from ada_jax import from_config
 
-  argv = ['sweep', f'--config={config}', *overrides]
-  fv = flags.FlagValues()
-  holder = config_flags.DEFINE_config_file(
-    'config', None, 'config', flag_values=fv, lock_config=True, sys_argv=argv
-  )
-  fv(argv)
-  return holder.value
+  return from_config.load(config, overrides)
 
 
 def _flag(key: str, value: Any) -> str:
@@ -252,11 +245,11 @@ def config_mismatch(run: Run) -> list[str]:
   was made with the same config; otherwise a changed default would be mixed
   silently with runs of the old one.
   """
-  from ada_jax import metrics
+  from ada_jax import metrics, run_dir
 
-  path = os.path.join(run.workdir, metrics.CONFIG_FILE)
+  path = os.path.join(run.workdir, run_dir.CONFIG_FILE)
   if not os.path.isfile(path):
-    return [f'{metrics.CONFIG_FILE}: absent']
+    return [f'{run_dir.CONFIG_FILE}: absent']
   with open(path) as f:
     saved = json.load(f)
   # Serialized as the run wrote it, so equal configs compare equal.

@@ -303,6 +303,8 @@ class Trainer:
         )
     self.sft_done = True
     self.save(force=True)
+    if self.ckpt is not None:
+      self.ckpt.check()  # Saved before anything (the evaluation) builds on it.
 
   # Evaluation.
 

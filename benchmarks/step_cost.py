@@ -252,8 +252,7 @@ def save_warm(path: str, warm: Any, args: argparse.Namespace) -> None:
 def run(args: argparse.Namespace) -> None:
   import jax
 
-  from ada_jax import compiles
-  from ada_jax import main as main_lib
+  from ada_jax import compiles, from_config
 
   t_start = time.perf_counter()
   root = pathlib.Path(args.workdir or tempfile.mkdtemp(prefix='step_cost_'))
@@ -291,8 +290,8 @@ def run(args: argparse.Namespace) -> None:
 
   trainers = {}
   for label, c in configs.items():
-    main_lib.validate(c)
-    trainers[label] = main_lib.build_trainer(
+    from_config.validate(c)
+    trainers[label] = from_config.trainer(
       c, str(root / label.replace('/', '_')), verify_fn=fast_verify
     )
 

@@ -1,9 +1,9 @@
 """One process of the two-process CPU runs in test_multihost.py.
 
 The test starts two of these with 4 fake CPU devices each and ADA_COORDINATOR
-/ ADA_NUM_PROCESSES / ADA_PROCESS_ID set, so `main.init_distributed` joins
+/ ADA_NUM_PROCESSES / ADA_PROCESS_ID set, so `multihost.init_distributed` joins
 them (gloo collectives) into one 8-device mesh. Each runs the tiny config's
-RL steps through `main.build_trainer` and `loop.fit`, records what every
+RL steps through `from_config.trainer` and `loop.fit`, records what every
 step sampled (rewards of all slots, tokens of the training rows, number of
 rounds) and the final params, all gathered to every host, and writes them to
 `--out` as .npz (one file per process). `record_run` is also what the test
@@ -34,8 +34,7 @@ if str(ROOT) not in sys.path:
 import jax  # noqa: E402
 import numpy as np  # noqa: E402
 
-from ada_jax import data, loop, rounds, train  # noqa: E402
-from ada_jax import main as main_lib  # noqa: E402
+from ada_jax import data, from_config, loop, multihost, rounds, train  # noqa: E402  # noqa: E402
 from ada_jax import tokenizer as tokenizer_lib  # noqa: E402
 from tests import test_train  # noqa: E402
 
@@ -140,8 +139,8 @@ def record_run(
       os.kill(os.getpid(), signal.SIGTERM)
     return verify(responses, references, **kw)
 
-  main_lib.validate(c)
-  trainer = main_lib.build_trainer(c, workdir, verify_fn=verify_fn)
+  from_config.validate(c)
+  trainer = from_config.trainer(c, workdir, verify_fn=verify_fn)
   holder['trainer'] = trainer
   box_some_eval_answers(trainer)
   tag_by_half(trainer, exit_steps)
@@ -189,7 +188,7 @@ def main() -> None:
     jax.config.update('jax_compilation_cache_dir', args.cache_dir)
     jax.config.update('jax_persistent_cache_min_compile_time_secs', 0.0)
     jax.config.update('jax_persistent_cache_min_entry_size_bytes', 0)
-  main_lib.init_distributed()
+  multihost.init_distributed()
   assert jax.process_count() == int(os.environ['ADA_NUM_PROCESSES'])
   c = config(args.data_dir, args.steps)
   exit_steps = tuple(int(s) for s in args.exit_steps.split(',') if s)

@@ -14,10 +14,8 @@ import shlex
 import subprocess
 
 import pytest
-from absl import flags
-from ml_collections import config_flags
 
-from ada_jax import evaluate, main
+from ada_jax import evaluate, from_config, main
 from configs import common
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
@@ -72,7 +70,7 @@ def test_paper_configs_build_with_every_arg(name):
 def test_runlocal_validates(name):
   for variant, schedule in itertools.product(common.VARIANTS, common.SCHEDULES):
     c = MODULES[name].get_config(f'runlocal,variant={variant},schedule={schedule}')
-    main.validate(c)
+    from_config.validate(c)
     assert c.model.hf_path == '' and c.data.name == 'ada_arith'
     if name in PAPER:
       assert (
@@ -90,7 +88,7 @@ def test_runlocal_validates(name):
 @pytest.mark.parametrize('name', PAPER)
 def test_empty_hf_path_fails_validation_naming_the_key(name):
   with pytest.raises(ValueError, match=r'model\.hf_path'):
-    main.validate(MODULES[name].get_config())
+    from_config.validate(MODULES[name].get_config())
 
 
 def test_reference_values():
@@ -162,16 +160,10 @@ def _docstring_commands(name):
 
 
 def _parse_main(argv):
-  """Parses main's flags the way ada_jax.main defines them."""
-  argv = ['main', *argv]
-  fv = flags.FlagValues()
-  holder = config_flags.DEFINE_config_file(
-    'config', None, 'c', flag_values=fv, lock_config=True, sys_argv=argv
-  )
-  flags.DEFINE_string('workdir', None, 'w', flag_values=fv)
-  fv(argv)
-  assert fv.workdir
-  return holder.value
+  """Parses main's command line as ada_jax.main does."""
+  args, overrides = main.parse(argv)
+  assert args.workdir
+  return from_config.load(args.config, overrides)
 
 
 @pytest.mark.parametrize('name', ALL)
@@ -185,7 +177,7 @@ def test_docstring_commands_parse(name, monkeypatch):
     if cmd[:3] == ['python', '-m', 'ada_jax.main']:
       c = _parse_main(cmd[3:])
       if c.data.template == 'tiny':  # Runs as written: validate it too.
-        main.validate(c)
+        from_config.validate(c)
     elif cmd[0] == './launch_tpu.sh':
       rest = cmd[2:]
       workdir = rest[rest.index('--workdir') + 1]
@@ -198,7 +190,7 @@ def test_docstring_commands_parse(name, monkeypatch):
       assert cmd[:3] == ['python', '-m', 'ada_jax.evaluate']
       args, rest = evaluate.parser().parse_known_args(cmd[3:])
       assert all(a.startswith('--config.') for a in rest)
-      evaluate._load_config(args.config, rest)
+      from_config.load(args.config, rest)
       assert args.k == 32
       for d in args.datasets.split(','):
         evaluate.dataset_split(d)

@@ -13,7 +13,7 @@ import pathlib
 import numpy as np
 import pytest
 
-from ada_jax import evaluate, hf, main
+from ada_jax import evaluate, from_config, hf
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 CORRECT = np.array(
@@ -88,9 +88,9 @@ def run(tmp_path_factory):
     '--config.rl.mini_batch_rows=16',
     '--config.rl.micro_batch_rows=16',
   ]
-  c = evaluate._load_config(str(ROOT / 'configs' / 'tiny_arith.py'), overrides)
+  c = from_config.load(str(ROOT / 'configs' / 'tiny_arith.py'), overrides)
   workdir = str(root / 'run')
-  trainer = main.build_trainer(c, workdir)
+  trainer = from_config.trainer(c, workdir)
   trainer.save(force=True)
   trainer.ckpt.wait()
   hf_dir = str(root / 'hf')
@@ -139,7 +139,7 @@ def test_evaluate_workdir_writes_json_and_markdown(run, caplog):
 
 
 def test_evaluate_caps_new_tokens_and_matches_hf_export(run, caplog):
-  c = evaluate._load_config(str(ROOT / 'configs' / 'tiny_arith.py'), run['overrides'])
+  c = from_config.load(str(ROOT / 'configs' / 'tiny_arith.py'), run['overrides'])
 
   def even_length(responses, references, **kw):  # An oracle of the texts.
     return np.array([len(r) % 2 == 0 for r in responses])

@@ -17,7 +17,7 @@ import signal
 
 import pytest
 
-from ada_jax import loop, main, sweep
+from ada_jax import from_config, loop, sweep
 from ada_jax import metrics as metrics_lib
 from experiments import experiment as experiment_lib
 from experiments import report
@@ -71,7 +71,7 @@ def test_sweep_expands_to_configs_that_build(experiment, capsys):
   assert runs[1].workdir == '/tmp/r/exit_rule_test/grpo_s1'
   for run in runs:
     c = sweep.build_config(run.config, run.overrides)
-    main.validate(c)
+    from_config.validate(c)
   assert sweep.build_config(runs[4].config, runs[4].overrides).seed == 1
   sweep.main([experiment, '--workdir-root', '/tmp/r'])
   lines = capsys.readouterr().out.splitlines()
@@ -321,7 +321,7 @@ def test_experiment_grids_build(name, tmp_path, monkeypatch):
     assert sweep.build_config(w.config, w.overrides).rl.steps == 0
   for run in rl_runs:
     c = sweep.build_config(run.config, run.overrides)
-    main.validate(c)
+    from_config.validate(c)
     source = next(w for w in warm if w.workdir == c.model.init_from)
     assert local.index(source) < local.index(run)
     base = sweep.build_config(source.config, source.overrides)
@@ -439,8 +439,8 @@ def real_run(tmp_path_factory):
   summaries = {}
   for run, steps in ((warm, ()), (balance, ('--config.rl.steps=2',))):
     c = sweep.build_config(run.config, (*run.overrides, *steps))
-    main.validate(c)
-    summaries[run.name] = loop.fit(main.build_trainer(c, run.workdir))
+    from_config.validate(c)
+    summaries[run.name] = loop.fit(from_config.trainer(c, run.workdir))
   return {
     'warm': warm.workdir,
     'warm_run': warm,

@@ -10,8 +10,7 @@ import tokenizers
 import torch
 import transformers
 
-from ada_jax import export, prompts
-from ada_jax import main as main_lib
+from ada_jax import export, from_config, prompts
 from ada_jax import model as model_lib
 from tests import test_train
 from tests.test_train import data_dir  # noqa: F401  (the shared TFDS dir)
@@ -22,8 +21,8 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 def test_export_reloads_in_transformers(data_dir, tmp_path):  # noqa: F811
   c = test_train.tiny_config(data_dir, steps=1, eval_every=0, warmup=0)
   workdir = str(tmp_path / 'run')
-  main_lib.validate(c)
-  trainer = main_lib.build_trainer(c, workdir, verify_fn=test_train.hash_verify)
+  from_config.validate(c)
+  trainer = from_config.trainer(c, workdir, verify_fn=test_train.hash_verify)
   before = test_train.host(trainer.state)
   trainer.rl_step()  # A short run: one RL step, then a checkpoint.
   trainer.save(force=True)

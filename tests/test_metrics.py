@@ -69,21 +69,36 @@ def test_other_processes_write_nothing(tmp_path):
   assert not workdir.exists()
 
 
-def test_resume_drops_rows_from_resumed_step(tmp_path):
+def test_resume_drops_rows_past_each_phase_position(tmp_path):
   with metrics_lib.MetricsWriter(tmp_path, tensorboard=False) as w:
+    for step in (25, 50):  # SFT counts its own steps, past RL's.
+      w.write(step, {'loss': 1.0 / step}, phase='sft')
     for step in range(1, 6):
       w.write(step, {'x': step})
       w.write_samples(step, [{'r': step}, {'r': -step}])
   # The killed run left half a line behind.
   with open(tmp_path / 'metrics.jsonl', 'a') as f:
     f.write('{"step": 6, "x"')
-  with metrics_lib.MetricsWriter(tmp_path, tensorboard=False, resume_step=4) as w:
+  with metrics_lib.MetricsWriter(tmp_path, tensorboard=False, keep={'rl': 3}) as w:
     for step in range(4, 7):
       w.write(step, {'x': step})
       w.write_samples(step, [{'r': step}])
-  assert [r['step'] for r in metrics_lib.read_rows(tmp_path)] == [1, 2, 3, 4, 5, 6]
+  rows = metrics_lib.read_rows(tmp_path)
+  assert [(r['phase'], r['step']) for r in rows] == [
+    ('sft', 25),
+    ('sft', 50),
+    *[('rl', s) for s in range(1, 7)],
+  ]
   samples = metrics_lib.read_rows(tmp_path / 'samples.jsonl')
   assert [s['r'] for s in samples] == [1, -1, 2, -2, 3, -3, 4, 5, 6]
+  # A phase's position cuts that phase only, whatever the other's steps.
+  with metrics_lib.MetricsWriter(tmp_path, tensorboard=False, keep={'sft': 25}):
+    pass
+  rows = metrics_lib.read_rows(tmp_path)
+  assert [(r['phase'], r['step']) for r in rows] == [
+    ('sft', 25),
+    *[('rl', s) for s in range(1, 7)],
+  ]
 
 
 def _event_class():
@@ -148,7 +163,7 @@ def test_tensorboard_events_readable(tmp_path):
   with metrics_lib.MetricsWriter(tmp_path) as w:
     for step in (1, 2):
       w.write(step, _rl_row(step))
-  (path,) = tmp_path.glob('events.out.tfevents.*')
+  (path,) = tmp_path.glob('tb/rl/events.out.tfevents.*')
   events = _read_events(path)
   assert events[0].file_version == 'brain.Event:2'
   assert [e.step for e in events[1:]] == [1, 2]
@@ -158,9 +173,9 @@ def test_tensorboard_events_readable(tmp_path):
   assert values['rl/exited_per_round/1'] == 2.0
   assert 'rl/loss' not in values  # NaN was logged as null, not as a scalar.
   # A resumed writer opens a new file that starts with a purge marker.
-  with metrics_lib.MetricsWriter(tmp_path, resume_step=2) as w:
+  with metrics_lib.MetricsWriter(tmp_path, keep={'rl': 1}) as w:
     w.write(2, {'x': 1})
-  new = [p for p in tmp_path.glob('events.out.tfevents.*') if p != path]
+  new = [p for p in tmp_path.glob('tb/rl/events.out.tfevents.*') if p != path]
   (resumed,) = new if new else pytest.fail('no new event file')
   start = _read_events(resumed)[1]
   assert start.step == 2 and start.session_log.status == 1
@@ -216,7 +231,7 @@ def test_remote_files_buffer_then_rewrite(tmp_path, monkeypatch):
   # Object stores cannot append: pretend tmp_path is one.
   monkeypatch.setattr(metrics_lib, '_is_local', lambda path: False)
   (tmp_path / 'metrics.jsonl').write_text('{"step": 1, "phase": "rl"}\n')
-  w = metrics_lib.MetricsWriter(tmp_path, remote_flush_s=3600, resume_step=2)
+  w = metrics_lib.MetricsWriter(tmp_path, remote_flush_s=3600, keep={'rl': 1})
   w.write(2, {'x': 1})
   w.write(3, {'x': 2})
   assert [r['step'] for r in metrics_lib.read_rows(tmp_path)] == [1]  # Not yet.
@@ -225,5 +240,33 @@ def test_remote_files_buffer_then_rewrite(tmp_path, monkeypatch):
   w.write(4, {'x': 3})
   w.close()
   assert [r['step'] for r in metrics_lib.read_rows(tmp_path)] == [1, 2, 3, 4]
-  (path,) = tmp_path.glob('events.out.tfevents.*')
+  (path,) = tmp_path.glob('tb/rl/events.out.tfevents.*')
   assert [e.step for e in _read_events(path)] == [0, 2, 2, 3, 4]
+
+
+def test_tensorboard_sees_each_phase_step_once_after_resume(tmp_path):
+  """TensorBoard itself (its EventAccumulator, the oracle) reads the events.
+
+  The first run logs SFT steps 25 and 50 and RL steps 1-5; killed after its
+  step-2 checkpoint, the resumed run logs RL steps 3-5 again with other
+  values. TensorBoard must show SFT whole and RL steps 1-5 once each, 3-5
+  from the resumed run.
+  """
+  from tensorboard.backend.event_processing import event_accumulator
+
+  with metrics_lib.MetricsWriter(tmp_path) as w:
+    for step in (25, 50):
+      w.write(step, {'loss': step / 100}, phase='sft')
+    for step in range(1, 6):
+      w.write(step, {'x': float(step)})
+  with metrics_lib.MetricsWriter(tmp_path, keep={'rl': 2}) as w:
+    for step in range(3, 6):
+      w.write(step, {'x': 10.0 * step})
+
+  def scalars(phase, tag):
+    acc = event_accumulator.EventAccumulator(str(tmp_path / 'tb' / phase))
+    acc.Reload()
+    return [(e.step, e.value) for e in acc.Scalars(tag)]
+
+  assert scalars('sft', 'sft/loss') == [(25, 0.25), (50, 0.5)]
+  assert scalars('rl', 'rl/x') == [(1, 1.0), (2, 2.0), (3, 30.0), (4, 40.0), (5, 50.0)]

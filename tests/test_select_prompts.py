@@ -17,7 +17,7 @@ import zlib
 import numpy as np
 import pytest
 
-from ada_jax import data, main, pass_rates, select_prompts, sweep, verifier
+from ada_jax import data, from_config, pass_rates, select_prompts, sweep, verifier
 from ada_jax.datasets import prompt_key
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
@@ -114,7 +114,7 @@ def workdir(tmp_path_factory):
   }
   overrides = [f'--config.{key}={value}' for key, value in settings.items()]
   c = sweep.build_config(str(ROOT / 'configs' / 'tiny_arith.py'), overrides)
-  trainer = main.build_trainer(c, str(root / 'run'))
+  trainer = from_config.trainer(c, str(root / 'run'))
   trainer.save(force=True)
   trainer.ckpt.wait()
   return {'root': root, 'run': str(root / 'run'), 'overrides': overrides}

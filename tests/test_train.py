@@ -21,8 +21,7 @@ import jax
 import numpy as np
 import pytest
 
-from ada_jax import adaptive, compiles, data, loop, train, verifier
-from ada_jax import main as main_lib
+from ada_jax import adaptive, compiles, data, from_config, loop, train, verifier
 from ada_jax import metrics as metrics_lib
 from ada_jax import tokenizer as tokenizer_lib
 
@@ -109,8 +108,8 @@ class Run:
 
 def run(c, workdir, *, verify_fn=hash_verify, trainer_hook=None) -> Run:
   """build_trainer + fit, recording params around each RL step."""
-  main_lib.validate(c)
-  trainer = main_lib.build_trainer(c, str(workdir), verify_fn=verify_fn)
+  from_config.validate(c)
+  trainer = from_config.trainer(c, str(workdir), verify_fn=verify_fn)
   if trainer_hook is not None:
     trainer_hook(trainer)
   before = host(trainer.state)
@@ -172,24 +171,24 @@ def run(c, workdir, *, verify_fn=hash_verify, trainer_hook=None) -> Run:
 )
 def test_config_error_names_key(data_dir, arg, edit, key):
   c = tiny_config(data_dir, arg)
-  main_lib.validate(c)  # The shrunk config itself is valid.
+  from_config.validate(c)  # The shrunk config itself is valid.
   edit(c)
   with pytest.raises(ValueError, match=key.replace('.', r'\.')):
-    main_lib.validate(c)
+    from_config.validate(c)
 
 
 def test_config_error_hosts(data_dir, monkeypatch):
   c = tiny_config(data_dir)
   monkeypatch.setattr(jax, 'process_count', lambda: 3)
   with pytest.raises(ValueError, match=r'rl\.prompts_per_step'):
-    main_lib.validate(c)
+    from_config.validate(c)
 
 
 def test_odd_group_size_is_fine_outside_balance(data_dir):
   c = tiny_config(data_dir, 'variant=pos')
   c.rl.group_size = 3
   c.rl.mini_batch_rows = c.rl.micro_batch_rows = c.rl.prompts_per_step * 3
-  main_lib.validate(c)
+  from_config.validate(c)
 
 
 # A 2-step run on a (2,2,2) mesh with the real verifier.
@@ -369,7 +368,7 @@ def test_sigterm_during_sft_stops_it_and_resume_reruns_it(data_dir, tmp_path):
 def test_sft_share_keeps_sft_and_rl_problems_apart(data_dir, tmp_path):
   c = tiny_config(data_dir)
   c.data.levels, c.data.sft_share, c.data.balance_levels = '0,1,4-7', 0.5, True
-  t = main_lib.build_trainer(c, str(tmp_path), verify_fn=hash_verify)
+  t = from_config.trainer(c, str(tmp_path), verify_fn=hash_verify)
   sft = {e.prompt_key for e in t.sft_examples}
   rl = {e.prompt_key for e in t.train_examples}
   assert sft and rl and not sft & rl
@@ -385,7 +384,7 @@ def test_levels_that_keep_nothing_name_the_key(data_dir, tmp_path):
   c = tiny_config(data_dir)
   c.data.levels = '20-30'
   with pytest.raises(ValueError, match=r'data\.levels.*its levels: \[0, 1, 2'):
-    main_lib.build_trainer(c, str(tmp_path), verify_fn=hash_verify)
+    from_config.trainer(c, str(tmp_path), verify_fn=hash_verify)
 
 
 # A shared warm start: model.init_from.
@@ -412,7 +411,7 @@ def test_init_from_sft_run_equals_doing_the_sft(data_dir, tmp_path):
   assert len(own.rows) == 1
   assert_same_run(own, shared)
   with pytest.raises(ValueError, match=r'model\.init_from'):
-    main_lib.validate(config(init_from=str(tmp_path / 'missing')))
+    from_config.validate(config(init_from=str(tmp_path / 'missing')))
 
 
 # An injected NaN skips the update.

@@ -1,0 +1,505 @@
+r"""The config boundary: a ConfigDict in, the run's objects out.
+
+Every command (`main`, `evaluate`, `export`, `select_prompts`, `plan`,
+`sweep`) goes through here; below this module nothing reads a ConfigDict,
+everything takes typed settings. In order of use:
+
+- `load(spec, overrides)`: `configs/NAME.py[:arg]` plus `--config.key=value`
+  overrides -> a locked ConfigDict; a missing file, an unknown key or a bad
+  value is a one-line `ConfigError`.
+- `validate(c)`: every key and combination (`config_rules`), before
+  anything is written.
+- `tokenizer(c, ...)`, `model_config(c, ...)`: the policy's tokenizer and
+  shapes.
+- `trainer(c, workdir)`: mesh, data, model, settings and the Trainer, resumed
+  from the workdir's latest checkpoint, or started over with the earlier
+  run files set aside (`run_dir.set_aside`).
+- `policy(c, checkpoint)`: a run's latest params (or an HF directory) in the
+  sampling layout for evaluation and prompt selection, read-only: nothing in
+  the run directory is written.
+
+Dimension legend: none (no arrays here).
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import importlib.util
+import logging
+import os
+import tempfile
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+from ada_jax import config_rules, run_dir
+from ada_jax.config_rules import ConfigError
+
+if TYPE_CHECKING:  # jax and the model are imported lazily: `--help` stays fast.
+  from ada_jax import model as model_lib
+  from ada_jax import tokenizer as tokenizer_lib
+  from ada_jax import train
+
+__all__ = ['ConfigError']
+
+_TRUE, _FALSE = ('true', 't', '1', 'yes'), ('false', 'f', '0', 'no')
+
+
+def _module(path: str) -> Any:
+  spec = importlib.util.spec_from_file_location(
+    f'ada_config_{os.path.splitext(os.path.basename(path))[0]}', path
+  )
+  if spec is None or spec.loader is None:
+    raise ConfigError(f'--config {path}: not a Python file')
+  module = importlib.util.module_from_spec(spec)
+  try:
+    spec.loader.exec_module(module)
+  except Exception as e:
+    raise ConfigError(
+      f'--config {path}: cannot import it ({type(e).__name__}: {e})'
+    ) from None
+  if not callable(getattr(module, 'get_config', None)):
+    raise ConfigError(f'--config {path}: defines no get_config()')
+  return module
+
+
+def _parse(key: str, text: str, old: Any) -> Any:
+  """`text` as the type of the value it replaces (as ml_collections does)."""
+  if isinstance(old, bool):
+    if text.lower() in _TRUE:
+      return True
+    if text.lower() in _FALSE:
+      return False
+    raise ConfigError(f'--config.{key}={text}: expected true or false')
+  if isinstance(old, int | float) or old is None or isinstance(old, tuple | list):
+    try:
+      if isinstance(old, int):
+        return int(text)
+      if isinstance(old, float):
+        return float(text)
+      return ast.literal_eval(text)
+    except (ValueError, SyntaxError):
+      want = type(old).__name__ if old is not None else 'a Python literal'
+      raise ConfigError(f'--config.{key}={text}: expected {want}') from None
+  return text
+
+
+def apply_override(c: Any, flag: str) -> None:
+  """One `--config.a.b=value` onto ConfigDict `c` (unknown key: ConfigError)."""
+  body = flag.removeprefix('--')
+  if not body.startswith('config.') or '=' not in body:
+    raise ConfigError(f'{flag}: expected --config.KEY=VALUE')
+  dotted, _, text = body.removeprefix('config.').partition('=')
+  *parents, leaf = dotted.split('.')
+  node, walked = c, []
+  for name in parents:
+    child = node.get(name) if hasattr(node, 'get') else None
+    if child is None or not hasattr(child, 'items'):
+      where = '.'.join(walked) or 'the config'
+      raise ConfigError(f'--config.{dotted}: unknown key ({where} has no {name!r})')
+    node, walked = child, [*walked, name]
+  if leaf not in node:
+    where = '.'.join(walked) or 'the config'
+    raise ConfigError(
+      f'--config.{dotted}: unknown key ({where} has no {leaf!r}; it has '
+      f'{sorted(node.keys())})'
+    )
+  if hasattr(node[leaf], 'items'):
+    raise ConfigError(f'--config.{dotted}: a group, not a value; set its keys')
+  with node.unlocked():
+    node[leaf] = _parse(dotted, text, node[leaf])
+
+
+def load(spec: str, overrides: Sequence[str] = ()) -> Any:
+  """The locked ConfigDict of `configs/NAME.py[:arg]` with overrides applied.
+
+  Raises:
+    ConfigError: (a ValueError) a missing or broken file, an arg the config
+      rejects, an unknown key or a value of the wrong type; one line.
+  """
+  path, sep, arg = spec.partition(':')
+  if not os.path.isfile(path):
+    raise ConfigError(f'--config {path}: no such file')
+  module = _module(path)
+  try:
+    c = module.get_config(arg) if sep else module.get_config()
+  except (ValueError, KeyError, TypeError) as e:
+    raise ConfigError(' '.join(str(e).split())) from None
+  for flag in overrides:
+    apply_override(c, flag)
+  c.lock()
+  return c
+
+
+def validate(c: Any) -> None:
+  """All of `config_rules` (one line naming the key); nothing is written."""
+  config_rules.validate(c)
+
+
+def _opt(value, cast):
+  """'' / 0 / None in a config mean "the default" (None)."""
+  return None if value in ('', None) else cast(value)
+
+
+def tokenizer(c: Any, workdir: str | None = None) -> tokenizer_lib.Tokenizer:
+  """The run's tokenizer: the HF one, or the tiny task's.
+
+  The tiny tokenizer is written to `workdir/tokenizer` when given (the main
+  job, process 0, local disk: hosts sharing a disk would read each other's
+  half-written files) and to a private temp dir otherwise (readers of a
+  run, other hosts, gs:// workdirs); the files are the same.
+  """
+  from ada_jax import tokenizer as tokenizer_lib
+
+  if c.model.hf_path:
+    return tokenizer_lib.load_tokenizer(c.model.tokenizer_path or c.model.hf_path)
+  import jax
+
+  if workdir and jax.process_index() == 0 and not workdir.startswith('gs://'):
+    tok_dir = os.path.join(workdir, 'tokenizer')
+  else:
+    tok_dir = tempfile.mkdtemp(prefix='ada_tiny_tok_')
+  return tokenizer_lib.build_tiny_tokenizer(tok_dir)
+
+
+def model_config(c: Any, tok: tokenizer_lib.Tokenizer | None = None):
+  """The policy's ModelConfig: from model.hf_path, else the tiny model's.
+
+  `tok` gives the tiny model's vocab size and EOS id; without it (the memory
+  planner, which needs shapes only) the tiny tokenizer's vocab is used.
+  """
+  import jax.numpy as jnp
+
+  from ada_jax import hf
+  from ada_jax import model as model_lib
+  from ada_jax import tokenizer as tokenizer_lib
+
+  dtype, param_dtype = jnp.dtype(c.model.dtype), jnp.dtype(c.model.param_dtype)
+  if c.model.hf_path:
+    return hf.config_from_hf(
+      hf.read_hf_config(c.model.hf_path),
+      dtype=dtype,
+      param_dtype=param_dtype,
+      where=os.path.join(c.model.hf_path, 'config.json'),
+    )
+  t = c.model.tiny
+  family = t.get('family', 'qwen2')
+  vocab = tok.vocab_size if tok is not None else len(tokenizer_lib._tiny_vocab())
+  return model_lib.ModelConfig(
+    model_type=family,
+    vocab_size=-(-vocab // 8) * 8,
+    hidden_size=t.hidden,
+    intermediate_size=t.mlp,
+    num_layers=t.layers,
+    num_heads=t.heads,
+    num_kv_heads=t.kv_heads,
+    head_dim=t.head_dim,
+    qkv_bias=family == 'qwen2',
+    qk_norm=family == 'qwen3',
+    tie_embeddings=True,
+    max_position_embeddings=t.max_positions,
+    eos_token_id=tok.eos_ids[0] if tok is not None else None,
+    param_dtype=param_dtype,
+    dtype=dtype,
+  )
+
+
+def mesh(c: Any):
+  """The run's device mesh (data, fsdp, tensor)."""
+  from ada_jax import sharding
+
+  return sharding.make_mesh(dict(c.mesh))
+
+
+def _examples(c: Any, workdir: str, tok) -> tuple[list, list | None, list]:
+  """(RL train, SFT or None, eval) examples as the config selects them."""
+  from ada_jax import data, multihost
+
+  load = dict(
+    data_dir=c.data.data_dir or os.path.join(workdir, 'tfds'),
+    manual_dir=c.data.manual_dir or None,
+    tokenizer=tok,
+    template=c.data.template,
+  )
+  # The first load builds the dataset into data_dir, which hosts may share.
+  with multihost.main_first('ada_jax_load_examples'):
+    train_ex = data.load_examples(c.data.name, c.data.train_split, **load)
+    eval_ex = (
+      data.load_examples(c.data.name, c.data.eval_split, **load)
+      if c.data.eval_split
+      else []
+    )
+  # A band of the ladder (e.g. the tiny run's learnable levels), train and test.
+  if c.data.get('levels', ''):
+    kept = data.select_levels(train_ex, c.data.levels)
+    if not kept:
+      raise ConfigError(
+        f'config data.levels={c.data.levels!r} keeps no example of '
+        f'{c.data.name}:{c.data.train_split} (its levels: '
+        f'{sorted(data.level_histogram(train_ex))}); '
+        "pass --config.data.levels='' for all"
+      )
+    train_ex = kept
+    eval_ex = data.select_levels(eval_ex, c.data.levels)
+  sft_ex = None
+  if c.data.get('sft_share', 0.0):
+    train_ex, sft_ex = data.split_share(train_ex, c.data.sft_share, seed=c.seed)
+  if c.data.get('balance_levels', False):
+    train_ex = data.balance_levels(train_ex)
+    sft_ex = data.balance_levels(sft_ex) if sft_ex is not None else None
+  train_ex, dropped = data.drop_long_prompts(tok, train_ex, c.data.prompt_bucket)
+  eval_ex, dropped_eval = data.drop_long_prompts(tok, eval_ex, c.data.prompt_bucket)
+  if dropped or dropped_eval:
+    logging.warning(
+      'data: dropped %d train / %d eval prompts longer than data.prompt_bucket=%d',
+      dropped,
+      dropped_eval,
+      c.data.prompt_bucket,
+    )
+  return train_ex, sft_ex, eval_ex
+
+
+def trainer(
+  c: Any,
+  workdir: str,
+  *,
+  verify_fn: Callable[..., Any] | None = None,
+  announce: Callable[[str], None] = print,
+) -> train.Trainer:
+  """Mesh, tokenizer, data, model, settings and the Trainer from a config.
+
+  Resumes from the workdir's latest usable checkpoint and truncates each
+  phase's metrics rows to it; with none usable but earlier run files there
+  (all checkpoints corrupt, or killed during SFT), starts over and sets
+  those files aside. `announce` gets the one line saying which (process 0).
+
+  Raises:
+    ConfigError: a config value found bad only with the data at hand.
+    run_dir.WorkdirError: the workdir is not writable.
+  """
+  import jax
+  import jax.numpy as jnp
+
+  from ada_jax import checkpoint as checkpoint_lib
+  from ada_jax import hf, rounds, sharding, train, update
+  from ada_jax import metrics as metrics_lib
+
+  is_main = jax.process_index() == 0
+  if is_main:
+    run_dir.check_writable(workdir)
+  mesh_ = mesh(c)
+  dtype, param_dtype = jnp.dtype(c.model.dtype), jnp.dtype(c.model.param_dtype)
+  tok = tokenizer(c, workdir)
+  train_ex, sft_ex, eval_ex = _examples(c, workdir, tok)
+  if c.model.hf_path:
+    model = hf.load_model(
+      c.model.hf_path, dtype=dtype, param_dtype=param_dtype, mesh=mesh_
+    )
+  else:
+    model = sharding.create_sharded_model(
+      model_config(c, tok), mesh_, sharding.TRAIN_RULES, seed=c.seed
+    )
+  rl = c.rl
+  controller = dict(
+    rule=rl.rule,
+    group_size=rl.group_size,
+    samples_per_round=rl.samples_per_round,
+    positive_threshold=rl.positive_threshold,
+    advantage=_opt(rl.advantage, str),
+    normalize_std=_opt(
+      rl.normalize_std, lambda v: str(v).lower() in ('1', 'true', 'yes')
+    ),
+  )
+  if rl.rule in ('pos', 'balance'):  # The other rules define their own rounds.
+    controller['schedule'] = rl.schedule
+  if rl.rule == 'dapo' and rl.target_groups:
+    controller['target_groups'] = rl.target_groups
+  round_settings = rounds.RoundSettings(
+    slots=rl.slots,
+    max_rounds=rl.max_rounds,
+    max_new_tokens=c.sampling.max_new_tokens,
+    temperature=c.sampling.temperature,
+    top_p=c.sampling.top_p,
+    top_k=c.sampling.top_k,
+    eos_ids=tuple(tok.eos_ids),
+    verifier_timeout_s=c.verifier.timeout_s,
+    verifier_workers=c.verifier.workers or None,
+  )
+  update_settings = update.UpdateSettings(
+    prompt_len=c.data.prompt_bucket,
+    mini_batch_rows=rl.mini_batch_rows,
+    micro_batch_rows=rl.micro_batch_rows,
+    epochs=rl.epochs,
+    temperature=c.sampling.temperature,
+    clip_low=rl.clip_low,
+    clip_high=rl.clip_high,
+    clip_ratio_c=rl.clip_ratio_c or None,
+    loss_agg_mode=rl.loss_agg_mode,
+    entropy_coef=rl.entropy_coef,
+    grad_clip=rl.grad_clip,
+  )
+  rl_settings = train.RLSettings(
+    steps=rl.steps,
+    prompts_per_step=rl.prompts_per_step,
+    controller=controller,
+    rounds=round_settings,
+    update=update_settings,
+    lr=rl.lr,
+    warmup=rl.warmup,
+    lr_schedule=rl.lr_schedule,
+    eval_every=rl.eval_every,
+    eval_max_prompts=rl.eval_max_prompts,
+    histogram_prompts=rl.histogram_prompts,
+    histogram_k=rl.histogram_k,
+    samples_to_log=c.log.samples_per_step,
+  )
+  sft = train.SFTSettings(**dict(c.sft))
+  tx = update.make_optimizer(weight_decay=rl.weight_decay)
+  ckpt = checkpoint_lib.Checkpointer(
+    workdir, keep=c.checkpoint.keep, every_steps=c.checkpoint.every
+  )
+  t = train.Trainer(
+    model=model,
+    mesh=mesh_,
+    tok=tok,
+    train_examples=train_ex,
+    sft_examples=sft_ex,
+    eval_examples=eval_ex,
+    prompt_bucket=c.data.prompt_bucket,
+    rl=rl_settings,
+    sft=sft,
+    tx=tx,
+    writer=None,
+    checkpointer=ckpt,
+    seed=c.seed,
+    verify_fn=verify_fn,
+  )
+  resumed = t.restore()
+  keep = None
+  if resumed:
+    # Each phase is cut at its own restored position: RL at the checkpoint's
+    # step; SFT is whole in every checkpoint (saved when it ended).
+    keep = {'rl': t.step}
+    if is_main:
+      announce(f'resumed from step {t.step} of {rl.steps} ({ckpt.directory})')
+  else:
+    if is_main and run_dir.progress_files(workdir):
+      moved = run_dir.set_aside(workdir)
+      why = (
+        f'its checkpoints {ckpt.unusable} are unusable (moved to '
+        f'{run_dir.CORRUPT_DIR}/)'
+        if ckpt.unusable
+        else 'it has no checkpoint (stopped before its first one, e.g. during SFT)'
+      )
+      announce(f'starting {workdir} over: {why}; its earlier files are kept in {moved}')
+    if c.model.get('init_from', ''):
+      t.init_from(c.model.init_from)
+  t.writer = metrics_lib.MetricsWriter(
+    workdir,
+    process_index=jax.process_index(),
+    tensorboard=c.log.tensorboard,
+    wandb_project=c.log.wandb_project or None,
+    config=c,
+    keep=keep,
+  )
+  return t
+
+
+@dataclasses.dataclass(frozen=True)
+class Policy:
+  """A policy to sample from, for evaluation and prompt selection.
+
+  Attributes:
+    model: the Transformer in the sampling layout (params split on tensor).
+    tok: its tokenizer.
+    step: the checkpoint's step (0 for an HF directory).
+    max_positions: the model's position limit.
+    run: the run workdir it came from, or None for an HF directory.
+  """
+
+  model: model_lib.Transformer
+  tok: tokenizer_lib.Tokenizer
+  step: int
+  max_positions: int
+  run: str | None
+
+
+def is_hf_dir(path: str) -> bool:
+  """config.json next to safetensors (a run workdir has a config.json too)."""
+  if path.startswith('gs://'):
+    return False
+  return os.path.isfile(os.path.join(path, 'config.json')) and any(
+    os.path.isfile(os.path.join(path, f))
+    for f in ('model.safetensors', 'model.safetensors.index.json')
+  )
+
+
+def policy(c: Any, checkpoint: str) -> Policy:
+  """The params of a run's latest checkpoint (or an HF dir), read-only.
+
+  Nothing in `checkpoint` is written: the params are restored through a
+  read-only reader straight into the sampling layout, and the tiny
+  tokenizer is built in a temp dir. Safe on a run that is still training.
+
+  Raises:
+    FileNotFoundError: neither an HF directory nor a run with a usable
+      checkpoint.
+  """
+  import jax
+  import jax.numpy as jnp
+  from etils import epath
+  from flax import nnx
+
+  from ada_jax import checkpoint as checkpoint_lib
+  from ada_jax import hf, sharding
+  from ada_jax import model as model_lib
+
+  mesh_ = mesh(c)
+  if is_hf_dir(checkpoint):
+    from ada_jax import tokenizer as tokenizer_lib
+
+    model = hf.load_model(
+      checkpoint,
+      dtype=jnp.dtype(c.model.dtype),
+      param_dtype=jnp.dtype(c.model.param_dtype),
+      mesh=mesh_,
+      rules=sharding.SAMPLE_RULES,
+    )
+    tok = tokenizer_lib.load_tokenizer(c.model.tokenizer_path or checkpoint)
+    return Policy(model, tok, 0, model.config.max_position_embeddings, None)
+  if not (epath.Path(checkpoint) / run_dir.CHECKPOINT_DIR).exists():
+    raise FileNotFoundError(
+      f'--checkpoint {checkpoint}: no checkpoint under {checkpoint}/checkpoints '
+      'and no config.json + safetensors (not an HF directory either)'
+    )
+  tok = tokenizer(c)
+  config = model_config(c, tok)
+  abstract = nnx.eval_shape(lambda: model_lib.Transformer(config, rngs=nnx.Rngs(0)))
+  graphdef, abs_state = nnx.split(abstract)
+  shardings = sharding.state_shardings(abs_state, mesh_, sharding.SAMPLE_RULES)
+  target = jax.tree.map(
+    lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s),
+    abs_state,
+    shardings,
+  )
+  step, params, _ = checkpoint_lib.restore_params(checkpoint, target)
+  model = nnx.merge(graphdef, params)
+  return Policy(model, tok, step, config.max_position_embeddings, checkpoint)
+
+
+def data_dir(c: Any, name: str, source: str | None, out_dir: str) -> str:
+  """Where a reader (evaluation, prompt selection) keeps dataset `name`.
+
+  `data.data_dir` when set; else the run's own `tfds/` if `name` is already
+  built there (read, never written); else `out_dir/tfds`, which the
+  command owns.
+  """
+  from ada_jax import data
+
+  if c.data.data_dir:
+    return c.data.data_dir
+  if source is not None:
+    own = os.path.join(source, 'tfds')
+    if data.is_prepared(name, own):
+      return own
+  return os.path.join(out_dir, 'tfds')
