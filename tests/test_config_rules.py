@@ -1,0 +1,125 @@
+"""The config rules table: every key of every config has a rule, and it bites.
+
+Fast: ConfigDicts only, nothing compiles (the cross-key rules that need the
+devices run in test_train.py and test_reliability.py).
+"""
+
+import importlib.util
+import itertools
+import pathlib
+
+import ml_collections
+import pytest
+
+from ada_jax import config_rules, from_config
+from configs import common
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+CONFIGS = sorted(
+  p.stem
+  for p in (ROOT / 'configs').glob('*.py')
+  if p.stem not in ('__init__', 'common')
+)
+
+
+def _module(name):
+  spec = importlib.util.spec_from_file_location(
+    f'rules_cfg_{name}', ROOT / 'configs' / f'{name}.py'
+  )
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  return module
+
+
+def _args(name):
+  """Every arg combination the config accepts (variants, schedules, pods)."""
+  yield ''
+  for variant, schedule in itertools.product(common.VARIANTS, common.SCHEDULES):
+    yield f'variant={variant},schedule={schedule}'
+    for tpu in common.TPUS:
+      yield f'variant={variant},schedule={schedule},tpu={tpu}'
+    yield f'variant={variant},schedule={schedule},runlocal'
+
+
+@pytest.mark.parametrize('name', CONFIGS)
+def test_every_leaf_of_every_config_has_a_rule_that_accepts_it(name):
+  module = _module(name)
+  rules = config_rules.rule_keys()
+  seen = set()
+  for arg in _args(name):
+    c = module.get_config(arg)
+    leaves = dict(config_rules.leaves(c))
+    missing = sorted(set(leaves) - rules)
+    assert not missing, f'{name}:{arg}: keys without a rule {missing}'
+    config_rules.check_keys(c)  # Each default satisfies its own rule.
+    seen |= set(leaves)
+  assert seen, name
+
+
+def test_a_key_without_a_rule_is_an_error():
+  c = ml_collections.ConfigDict({'seed': 0, 'rl': {'new_knob': 1}})
+  with pytest.raises(
+    config_rules.ConfigError, match=r'config rl\.new_knob: no validation rule'
+  ):
+    config_rules.check_keys(c)
+
+
+@pytest.mark.parametrize(
+  'key, value, message',
+  [
+    ('rl.steps', -1, 'must be an int >= 0'),
+    ('rl.steps', 1.5, 'must be an int >= 0'),
+    ('rl.lr', float('nan'), 'must be a float >= 0'),
+    ('sampling.temperature', 0.0, 'must be a float > 0 (the RL loss divides'),
+    ('sampling.top_p', 1.5, r'must be a float in (0, 1]'),
+    ('sampling.top_p', -0.5, r'must be a float in (0, 1]'),
+    ('sampling.top_k', -1, 'must be an int >= 0 (0 turns it off)'),
+    ('mesh.data', 0, 'must be an int >= 1 or -1'),
+    ('rl.rule', 'ppo', "must be one of ('grpo', 'pos', 'balance', 'dapo', 'est')"),
+    ('rl.clip_ratio_c', 0.5, 'must be a float > 1 or 0.0 or 0'),
+    ('data.levels', '3-1', 'bad range'),
+    ('data.name', 'gsm8k', "must be 'ada_arith' or 'ada_math_local/<one of"),
+    ('model.tiny.head_dim', 15, 'must be even'),
+    ('log.tensorboard', 1, 'must be a bool'),
+  ],
+)
+def test_bad_values_name_the_key_and_the_range(key, value, message):
+  c = _module('tiny_arith').get_config()
+  group, leaf = key.rsplit('.', 1)
+  node = c
+  for part in group.split('.'):
+    node = node[part]
+  with node.ignore_type():
+    node[leaf] = value
+  with pytest.raises(config_rules.ConfigError) as e:
+    config_rules.check_keys(c)
+  text = str(e.value)
+  assert text.startswith(f'config {key}={value!r}: '), text
+  assert message in text and '\n' not in text
+
+
+def test_good_edge_values_pass():
+  c = _module('tiny_arith').get_config()
+  c.mesh.data = -1
+  c.rl.clip_ratio_c = 0.0  # Off.
+  c.sampling.top_p = 1.0
+  c.rl.lr = 0  # An int where a float is expected.
+  config_rules.check_keys(c)
+
+
+def test_load_applies_overrides_by_the_old_type():
+  c = from_config.load(
+    str(ROOT / 'configs' / 'tiny_arith.py'),
+    ['--config.rl.lr=1', '--config.log.tensorboard=false', '--config.data.levels=0-3'],
+  )
+  assert c.rl.lr == 1.0 and isinstance(c.rl.lr, float)
+  assert c.log.tensorboard is False and c.data.levels == '0-3'
+  with pytest.raises(
+    from_config.ConfigError,
+    match=r'--config\.log\.tensorboard=2: expected true or false',
+  ):
+    from_config.load(
+      str(ROOT / 'configs' / 'tiny_arith.py'), ['--config.log.tensorboard=2']
+    )
+  with pytest.raises(from_config.ConfigError, match=r'--config\.rl: a group'):
+    from_config.load(str(ROOT / 'configs' / 'tiny_arith.py'), ['--config.rl=3'])
