@@ -131,7 +131,8 @@ def _levels_check(value: str) -> str | None:
 def _rules() -> dict[str, Rule]:
   # Names of the allowed values live with their users; imported here, not at
   # module import, so that `--help` of the commands stays fast.
-  from ada_jax import adaptive, loss, prompts, update
+  from ada_jax import adaptive, prompts
+  from ada_jax.rl import loss, update
 
   positive = Int(1)
   count = Int(0)

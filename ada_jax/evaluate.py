@@ -11,7 +11,7 @@ run's model; nothing in DIR is written but OUT) or a Hugging Face directory
 (config.json + safetensors; its tokenizer unless `model.tokenizer_path` is
 set). Every problem gets k samples at temperature
 1.0 (the reference: K=32, 4096 new tokens), all through
-`pass_rates.sample_and_score`, i.e. the run's fixed-shape sampler in chunks
+`scoring.sample_and_score`, i.e. the run's fixed-shape sampler in chunks
 of S slots: one compile for the whole evaluation. New tokens default to
 4096, capped (with a warning) by the model's position limit minus the
 prompt bucket: Qwen2.5-Math has 4096 positions, so 1024 + 3072.
@@ -185,10 +185,11 @@ def score_examples(
   the ConfigDict): top-p/top-k, slots (`rl.slots` unless `slots`), EOS and
   verifier settings come from `c`.
   """
-  from ada_jax import data, pass_rates
+  from ada_jax import data
+  from ada_jax.rl import scoring
 
   enc = data.encode_prompts(tok, [e.prompt for e in examples], bucket)
-  correct, _ = pass_rates.sample_and_score(
+  correct, _ = scoring.sample_and_score(
     model,
     tok,
     enc.tokens,
@@ -243,7 +244,8 @@ def evaluate(
   import jax
   from etils import epath
 
-  from ada_jax import data, from_config, run_dir
+  from ada_jax import data, from_config
+  from ada_jax.infra import run_dir
 
   sets = [dataset_split(name) for name in datasets]
   if out_dir != os.path.join(checkpoint, 'eval'):
@@ -341,7 +343,8 @@ def main(argv: Sequence[str] | None = None) -> None:
   if bad:
     parser_.error(f'unknown arguments {bad}')
   logging.getLogger().setLevel(logging.INFO)
-  from ada_jax import from_config, multihost, run_dir
+  from ada_jax import from_config
+  from ada_jax.infra import multihost, run_dir
 
   try:
     c = from_config.load(args.config, rest)

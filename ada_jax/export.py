@@ -94,7 +94,7 @@ def read_config(workdir: str) -> Any:
   import ml_collections
   from etils import epath
 
-  from ada_jax import run_dir
+  from ada_jax.infra import run_dir
 
   path = epath.Path(workdir) / run_dir.CONFIG_FILE
   if not path.exists():
@@ -151,9 +151,10 @@ def export(c, workdir: str, out: str) -> int:
   import jax
   from flax import nnx
 
-  from ada_jax import checkpoint as checkpoint_lib
-  from ada_jax import from_config, hf, prompts, run_dir, sharding
+  from ada_jax import from_config, hf, prompts, sharding
   from ada_jax import model as model_lib
+  from ada_jax.infra import checkpoint as checkpoint_lib
+  from ada_jax.infra import run_dir
 
   if os.path.abspath(out) == os.path.abspath(workdir):
     raise run_dir.WorkdirError(f'--out {out} is the run itself: pass another directory')
@@ -201,7 +202,8 @@ def main(argv: Sequence[str] | None = None) -> None:
   if rest and args.config is None:
     p.error('--config.KEY=VALUE overrides need --config')
   logging.getLogger().setLevel(logging.INFO)
-  from ada_jax import from_config, run_dir
+  from ada_jax import from_config
+  from ada_jax.infra import run_dir
 
   try:
     c = (

@@ -32,13 +32,14 @@ import tempfile
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from ada_jax import config_rules, run_dir
+from ada_jax import config_rules
 from ada_jax.config_rules import ConfigError
+from ada_jax.infra import run_dir
 
 if TYPE_CHECKING:  # jax and the model are imported lazily: `--help` stays fast.
   from ada_jax import model as model_lib
   from ada_jax import tokenizer as tokenizer_lib
-  from ada_jax import train
+  from ada_jax.rl import trainer as trainer_lib
 
 __all__ = ['ConfigError']
 
@@ -213,7 +214,8 @@ def mesh(c: Any):
 
 def _examples(c: Any, workdir: str, tok) -> tuple[list, list | None, list]:
   """(RL train, SFT or None, eval) examples as the config selects them."""
-  from ada_jax import data, multihost
+  from ada_jax import data
+  from ada_jax.infra import multihost
 
   load = dict(
     data_dir=c.data.data_dir or os.path.join(workdir, 'tfds'),
@@ -265,7 +267,7 @@ def trainer(
   *,
   verify_fn: Callable[..., Any] | None = None,
   announce: Callable[[str], None] = print,
-) -> train.Trainer:
+) -> trainer_lib.Trainer:
   """Mesh, tokenizer, data, model, settings and the Trainer from a config.
 
   Resumes from the workdir's latest usable checkpoint and truncates each
@@ -280,9 +282,11 @@ def trainer(
   import jax
   import jax.numpy as jnp
 
-  from ada_jax import checkpoint as checkpoint_lib
-  from ada_jax import hf, rounds, sharding, train, update
-  from ada_jax import metrics as metrics_lib
+  from ada_jax import hf, sharding
+  from ada_jax.infra import checkpoint as checkpoint_lib
+  from ada_jax.infra import metrics as metrics_lib
+  from ada_jax.rl import rollout, update
+  from ada_jax.rl import trainer as trainer_lib
 
   is_main = jax.process_index() == 0
   if is_main:
@@ -310,11 +314,11 @@ def trainer(
       rl.normalize_std, lambda v: str(v).lower() in ('1', 'true', 'yes')
     ),
   )
-  if rl.rule in ('pos', 'balance'):  # The other rules define their own rounds.
+  if rl.rule in ('pos', 'balance'):  # The other rules define their own rollout.
     controller['schedule'] = rl.schedule
   if rl.rule == 'dapo' and rl.target_groups:
     controller['target_groups'] = rl.target_groups
-  round_settings = rounds.RoundSettings(
+  round_settings = rollout.RoundSettings(
     slots=rl.slots,
     max_rounds=rl.max_rounds,
     max_new_tokens=c.sampling.max_new_tokens,
@@ -338,7 +342,7 @@ def trainer(
     entropy_coef=rl.entropy_coef,
     grad_clip=rl.grad_clip,
   )
-  rl_settings = train.RLSettings(
+  rl_settings = trainer_lib.RLSettings(
     steps=rl.steps,
     prompts_per_step=rl.prompts_per_step,
     controller=controller,
@@ -353,12 +357,12 @@ def trainer(
     histogram_k=rl.histogram_k,
     samples_to_log=c.log.samples_per_step,
   )
-  sft = train.SFTSettings(**dict(c.sft))
+  sft = trainer_lib.SFTSettings(**dict(c.sft))
   tx = update.make_optimizer(weight_decay=rl.weight_decay)
   ckpt = checkpoint_lib.Checkpointer(
     workdir, keep=c.checkpoint.keep, every_steps=c.checkpoint.every
   )
-  t = train.Trainer(
+  t = trainer_lib.Trainer(
     model=model,
     mesh=mesh_,
     tok=tok,
@@ -450,9 +454,9 @@ def policy(c: Any, checkpoint: str) -> Policy:
   from etils import epath
   from flax import nnx
 
-  from ada_jax import checkpoint as checkpoint_lib
   from ada_jax import hf, sharding
   from ada_jax import model as model_lib
+  from ada_jax.infra import checkpoint as checkpoint_lib
 
   mesh_ = mesh(c)
   if is_hf_dir(checkpoint):

@@ -9,7 +9,7 @@ Re-running with the same workdir resumes from the latest checkpoint.
   python -m ada_jax.main --config configs/tiny_arith.py --workdir /tmp/tiny \
       [--config.rl.steps=10 ...]
 
-Exit codes (`ada_jax.exit_codes`): 0 finished; 1 failed (e.g. a checkpoint
+Exit codes (`ada_jax.infra.exit_codes`): 0 finished; 1 failed (e.g. a checkpoint
 could not be written); 2 bad input found before anything was written; 75
 stopped by SIGTERM/SIGINT (or a TPU preemption) after a checkpoint: rerun
 the same command to resume.
@@ -27,7 +27,7 @@ import os
 import sys
 from collections.abc import Sequence
 
-from ada_jax import exit_codes
+from ada_jax.infra import exit_codes
 
 
 def parser() -> argparse.ArgumentParser:
@@ -60,7 +60,8 @@ def run(argv: Sequence[str]) -> int:
 
   absl_logging.set_verbosity(absl_logging.WARNING)
   args, overrides = parse(argv)
-  from ada_jax import from_config, multihost, run_dir
+  from ada_jax import from_config
+  from ada_jax.infra import multihost, run_dir
 
   try:
     c = from_config.load(args.config, overrides)
@@ -68,8 +69,8 @@ def run(argv: Sequence[str]) -> int:
     print(f'error: {e}', file=sys.stderr)
     return exit_codes.BAD_INPUT
   multihost.init_distributed()
-  from ada_jax import checkpoint as checkpoint_lib
-  from ada_jax import loop
+  from ada_jax.infra import checkpoint as checkpoint_lib
+  from ada_jax.rl import fit as fit_lib
 
   try:
     from_config.validate(c)
@@ -78,7 +79,7 @@ def run(argv: Sequence[str]) -> int:
     print(f'error: {e}', file=sys.stderr)
     return exit_codes.BAD_INPUT
   try:
-    summary = loop.fit(trainer)
+    summary = fit_lib.fit(trainer)
   except checkpoint_lib.CheckpointSaveError as e:
     print(f'error: {e}', file=sys.stderr)
     return exit_codes.FAILED

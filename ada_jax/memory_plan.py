@@ -7,7 +7,7 @@ and every other buffer from the step's fixed shapes (B, P, N, S, M, R, micro
 rows). `ada_jax/plan.py` is the command line; `tests/test_plan.py` checks the
 update and round programs against XLA's compiled memory analysis.
 
-What is alive when (ada_jax/train.py): the training params and the AdamW
+What is alive when (ada_jax/rl/trainer.py): the training params and the AdamW
 moments live all run; each step reshards a sampling copy of the params that
 stays referenced until the step ends (also through the update). Phases:
 

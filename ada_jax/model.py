@@ -2,7 +2,7 @@
 
 One module serves both sampling (explicit KV cache in and out) and training
 (full forward). Every parameter carries logical axis names in its `axes`
-metadata; `sharding.py` maps them onto the mesh.
+metadata; `sharding.py`'s rules map them onto the mesh.
 
 Numerics follow the HF reference implementations: RMSNorm and RoPE in fp32,
 attention softmax in fp32, logits in fp32 whatever the compute dtype.

@@ -45,6 +45,7 @@ from jax.sharding import NamedSharding, PartitionSpec
 
 from ada_jax import model as model_lib
 from ada_jax import sharding as sharding_lib
+from ada_jax.infra import hlo
 
 Array = jax.Array
 MAX_EOS_IDS = 8
@@ -365,7 +366,7 @@ def lower_round(
   """The decode program `sample_round` runs for these shapes, lowered.
 
   The same jit and argument shardings as `sample_round`, so
-  `.compile().as_text()` is the HLO a run executes (layouts.py inspects it).
+  `.compile().as_text()` is the HLO a run executes (`infra.hlo` reads it).
   """
   graphdef, state = nnx.split(model)
   per_slot = np.ones((slots,), np.float32)
@@ -411,3 +412,35 @@ def sample(
     top_k=top_k,
     eos_ids=eos_ids,
   )
+
+
+def decode_round_hlo(
+  model: model_lib.Transformer,
+  *,
+  slots: int,
+  prompts: int,
+  prompt_len: int,
+  max_new_tokens: int,
+  hoist_invariants: bool = True,
+) -> str:
+  """The compiled HLO text of one decode round for the model's current layout.
+
+  A dummy prompt batch is prefilled so that the prompt cache has the
+  shardings a run gives it; the round is then lowered exactly as
+  `sampler.sample_round` calls it.
+
+  Args:
+    model: the policy, in the layout to inspect.
+    slots: S.
+    prompts: B, prompts of the step.
+    prompt_len: P, the prompt bucket.
+    max_new_tokens: N.
+    hoist_invariants: False compiles without XLA's while-loop invariant code
+      motion: the HLO then shows where the partitioner put each gather,
+      i.e. what it asks to run per token (read it with `infra.hlo`).
+  """
+  tokens = np.ones((prompts, prompt_len), np.int32)
+  cache = prefill(model, tokens, np.ones_like(tokens))
+  lowered = lower_round(model, cache, slots=slots, max_new_tokens=max_new_tokens)
+  options = None if hoist_invariants else {'xla_disable_hlo_passes': hlo.LICM_PASS}
+  return lowered.compile(compiler_options=options).as_text()

@@ -20,7 +20,7 @@ at most a bound of the time: 0.125 gives the "hard" sets (1-2 of 16),
 5. sample k answers per prompt from the policy of CHECKPOINT (a run workdir,
    its latest checkpoint, or an HF directory) with the config's template,
    sampling settings and verifier, through the run's fixed-shape sampler
-   (`pass_rates.sample_and_score`, one compile);
+   (`scoring.sample_and_score`, one compile);
 6. keep the prompts with 1 <= correct <= max_pass_rate·k (`select`).
 
 Writes OUT, JSONL rows `problem`, `answer`, `level` (if known),
@@ -47,7 +47,8 @@ from typing import Any
 
 import numpy as np
 
-from ada_jax import pass_rates, verifier
+from ada_jax import verifier
+from ada_jax.rl import scoring
 
 DEFAULT_K = 16
 DEFAULT_MAX_PASS_RATE = 0.125
@@ -127,7 +128,8 @@ def run(
   import jax
   from etils import epath
 
-  from ada_jax import data, evaluate, from_config, run_dir
+  from ada_jax import data, evaluate, from_config
+  from ada_jax.infra import run_dir
 
   if epath.Path(out).is_dir():
     raise run_dir.WorkdirError(f'--out {out} is a directory: pass a .jsonl file')
@@ -192,7 +194,7 @@ def run(
   counts['no_correct_answer'] = int(np.sum(num_correct == 0))
   counts['above_max_pass_rate'] = int(np.sum(~keep & (num_correct > 0)))
   counts['kept'] = int(keep.sum())
-  hist = pass_rates.histogram(correct.mean(axis=1))
+  hist = scoring.histogram(correct.mean(axis=1))
   report = {
     'checkpoint': checkpoint,
     'step': step,
@@ -218,7 +220,7 @@ def run(
     epath.Path(_histogram_path(out)).write_text(json.dumps(report, indent=2))
     print('\n'.join(f'{name:>22}: {n}' for name, n in counts.items()))
     title = f'pass rates ({k} samples per prompt, {len(examples)} prompts):'
-    print(pass_rates.format_histogram(title, hist))
+    print(scoring.format_histogram(title, hist))
     print(f'wrote {counts["kept"]} prompts to {out}')
   return report
 
@@ -242,7 +244,8 @@ def main(argv: Sequence[str] | None = None) -> None:
   if args.k < 1 or not 0 < args.max_pass_rate <= 1:
     p.error('need --k >= 1 and 0 < --max-pass-rate <= 1')
   logging.getLogger().setLevel(logging.INFO)
-  from ada_jax import from_config, multihost, run_dir
+  from ada_jax import from_config
+  from ada_jax.infra import multihost, run_dir
 
   options = vars(args)
   config, checkpoint = options.pop('config'), options.pop('checkpoint')

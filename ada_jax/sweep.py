@@ -67,7 +67,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from ada_jax import exit_codes
+from ada_jax.infra import exit_codes
 
 DEFAULT_ROOT = '/tmp/ada_sweeps'
 
@@ -245,7 +245,7 @@ def config_mismatch(run: Run) -> list[str]:
   was made with the same config; otherwise a changed default would be mixed
   silently with runs of the old one.
   """
-  from ada_jax import metrics, run_dir
+  from ada_jax.infra import metrics, run_dir
 
   path = os.path.join(run.workdir, run_dir.CONFIG_FILE)
   if not os.path.isfile(path):

@@ -35,8 +35,9 @@ import jax
 import numpy as np
 from flax import nnx
 
-from ada_jax import layouts, sampler, sharding
 from ada_jax import model as model_lib
+from ada_jax import sampler, sharding
+from ada_jax.infra import checksum, hlo, resharder
 
 CONFIG = model_lib.ModelConfig(
   'qwen2', 72, 128, 384, 2, 4, 2, 32, qkv_bias=True, tie_embeddings=True,
@@ -71,7 +72,7 @@ def decode_time(model, slots: int, repeats: int) -> float:
 
 
 def hlo_counts(model, mesh, slots: int, hoist: bool) -> dict[str, int]:
-  text = layouts.decode_hlo(
+  text = sampler.decode_round_hlo(
     model,
     slots=slots,
     prompts=PROMPTS,
@@ -79,7 +80,7 @@ def hlo_counts(model, mesh, slots: int, hoist: bool) -> dict[str, int]:
     max_new_tokens=NEW_TOKENS,
     hoist_invariants=hoist,
   )
-  return layouts.summarize(layouts.analyze_hlo(text, mesh, nnx.state(model)))
+  return hlo.summarize(hlo.analyze_hlo(text, mesh, nnx.state(model)))
 
 
 def main() -> None:
@@ -93,15 +94,15 @@ def main() -> None:
   n_params = sum(x.size for x in jax.tree.leaves(state))
   print(f'mesh {dict(mesh.shape)}, {n_params} params, S={args.slots}')
 
-  plain = layouts.Resharder(mesh, check=False)
-  checked = layouts.Resharder(mesh)
+  plain = resharder.Resharder(mesh, sharding.SAMPLE_RULES, check=False)
+  checked = resharder.Resharder(mesh, sharding.SAMPLE_RULES)
   t_plain = best_of(lambda: plain(state), args.repeats)
   t_checked = best_of(lambda: checked(state), args.repeats)
   sample_state = checked(state)
   print(
     f'reshard training -> sampling layout: {t_plain * 1e3:.2f} ms '
     f'({t_checked * 1e3:.2f} ms with the checksum check); checksum '
-    f'{layouts.checksum(state):08x} == {layouts.checksum(sample_state):08x}'
+    f'{checksum.checksum(state):08x} == {checksum.checksum(sample_state):08x}'
   )
   models = {
     'training': train_model,

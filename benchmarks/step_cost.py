@@ -252,7 +252,8 @@ def save_warm(path: str, warm: Any, args: argparse.Namespace) -> None:
 def run(args: argparse.Namespace) -> None:
   import jax
 
-  from ada_jax import compiles, from_config
+  from ada_jax import from_config
+  from ada_jax.infra import compiles
 
   t_start = time.perf_counter()
   root = pathlib.Path(args.workdir or tempfile.mkdtemp(prefix='step_cost_'))

@@ -215,7 +215,7 @@ def paper_config(
     else {'data': 1, 'fsdp': -1, 'tensor': 1}
   )
   c.mesh = ml_collections.ConfigDict(mesh)
-  # Model: a local HF directory, required (main.validate names the key).
+  # Model: a local HF directory, required (config_rules names the key).
   c.model = ml_collections.ConfigDict()
   c.model.hf_path = ''  # --config.model.hf_path=/path/to/<HF model dir>.
   c.model.tokenizer_path = ''  # Empty: hf_path's tokenizer.

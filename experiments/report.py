@@ -103,7 +103,7 @@ def variant_of(name: str) -> str:
 
 def load(workdirs: Mapping[str, str]) -> dict[str, list[Run]]:
   """Runs by variant, in name order; runs without RL rows are left out."""
-  from ada_jax import metrics as metrics_lib
+  from ada_jax.infra import metrics as metrics_lib
 
   out: dict[str, list[Run]] = {}
   for name, workdir in sorted(workdirs.items()):

@@ -3,7 +3,7 @@
 The test starts two of these with 4 fake CPU devices each and ADA_COORDINATOR
 / ADA_NUM_PROCESSES / ADA_PROCESS_ID set, so `multihost.init_distributed` joins
 them (gloo collectives) into one 8-device mesh. Each runs the tiny config's
-RL steps through `from_config.trainer` and `loop.fit`, records what every
+RL steps through `from_config.trainer` and `fit_lib.fit`, records what every
 step sampled (rewards of all slots, tokens of the training rows, number of
 rounds) and the final params, all gathered to every host, and writes them to
 `--out` as .npz (one file per process). `record_run` is also what the test
@@ -13,7 +13,7 @@ Rewards are hash-based (test_train.hash_verify), except at the steps in
 `exit_steps` (default: step 2): there every prompt of the first half of the
 step's batch (host 0's rows) keeps its hash rewards, mixed, so it exits in
 round 1, and every prompt of the second half (host 1's) is always wrong and
-never exits, running all rounds: the hosts' prompts exit in different rounds.
+never exits, running all rounds: the hosts' prompts exit in different rollout.
 """
 
 from __future__ import annotations
@@ -34,8 +34,12 @@ if str(ROOT) not in sys.path:
 import jax  # noqa: E402
 import numpy as np  # noqa: E402
 
-from ada_jax import data, from_config, loop, multihost, rounds, train  # noqa: E402  # noqa: E402
+from ada_jax import data, from_config  # noqa: E402  # noqa: E402
 from ada_jax import tokenizer as tokenizer_lib  # noqa: E402
+from ada_jax.infra import multihost  # noqa: E402  # noqa: E402
+from ada_jax.rl import fit as fit_lib  # noqa: E402  # noqa: E402
+from ada_jax.rl import rollout  # noqa: E402  # noqa: E402
+from ada_jax.rl import trainer as trainer_lib  # noqa: E402  # noqa: E402
 from tests import test_train  # noqa: E402
 
 _HOST0, _HOST1 = 'h0:', 'h1:'
@@ -49,7 +53,7 @@ def config(data_dir: str, steps: int = 2):
   return c
 
 
-def tag_by_half(trainer: train.Trainer, steps: Sequence[int]) -> None:
+def tag_by_half(trainer: trainer_lib.Trainer, steps: Sequence[int]) -> None:
   """Prefixes each reference of these steps with its half of the step's batch.
 
   In place: the trainer's iterator reads the same list. The iterator's
@@ -67,7 +71,7 @@ def tag_by_half(trainer: train.Trainer, steps: Sequence[int]) -> None:
         ex[i] = dataclasses.replace(ex[i], reference=tag + ex[i].reference)
 
 
-def box_some_eval_answers(trainer: train.Trainer) -> None:
+def box_some_eval_answers(trainer: trainer_lib.Trainer) -> None:
   """Boxes about half the decoded answers (by content) during evaluations.
 
   A random policy never writes `\\boxed{`, so the boxed share would be 0
@@ -119,7 +123,7 @@ def record_run(
   Args:
     c: config (see `config`).
     workdir: run directory (a second call with the same one resumes).
-    exit_steps: steps whose hosts' prompts exit in different rounds.
+    exit_steps: steps whose hosts' prompts exit in different rollout.
     kill_at_step: send SIGTERM to process `kill_process` while it verifies
       the samples of this step (0: the evaluation before RL).
     kill_process: which process gets the signal.
@@ -145,7 +149,7 @@ def record_run(
   box_some_eval_answers(trainer)
   tag_by_half(trainer, exit_steps)
   record: dict[str, np.ndarray] = {}
-  run_step = rounds.run_step
+  run_step = rollout.run_step
 
   def recorded_run_step(*args, **kwargs):
     out = run_step(*args, **kwargs)
@@ -159,11 +163,11 @@ def record_run(
 
   for i, leaf in enumerate(jax.tree.leaves(trainer.state)):
     record[f'init_param_{i}'] = _gather(leaf)
-  rounds.run_step = recorded_run_step
+  rollout.run_step = recorded_run_step
   try:
-    summary = loop.fit(trainer)
+    summary = fit_lib.fit(trainer)
   finally:
-    rounds.run_step = run_step
+    rollout.run_step = run_step
   for i, leaf in enumerate(jax.tree.leaves(trainer.state)):
     record[f'param_{i}'] = _gather(leaf)
   record['steps_done'] = np.asarray(trainer.step)

@@ -22,8 +22,8 @@ import pytest
 from scipy import stats
 
 from ada_jax import adaptive
-from ada_jax import adaptive_rules as rules_lib
-from ada_jax import adaptive_schedule as sched
+from ada_jax.adaptive import rules as rules_lib
+from ada_jax.adaptive import schedule as sched
 
 
 class ScriptedDraw:

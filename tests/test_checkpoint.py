@@ -14,8 +14,9 @@ import pytest
 from flax import nnx
 from jax.sharding import NamedSharding, PartitionSpec
 
-from ada_jax import checkpoint, compiles, sharding
 from ada_jax import model as model_lib
+from ada_jax import sharding
+from ada_jax.infra import checkpoint, compiles
 
 _CONFIG = model_lib.ModelConfig('qwen2', 64, 32, 64, 1, 4, 2, 8, qkv_bias=True)
 

@@ -17,8 +17,9 @@ import signal
 
 import pytest
 
-from ada_jax import from_config, loop, sweep
-from ada_jax import metrics as metrics_lib
+from ada_jax import from_config, sweep
+from ada_jax.infra import metrics as metrics_lib
+from ada_jax.rl import fit as fit_lib
 from experiments import experiment as experiment_lib
 from experiments import report
 
@@ -440,7 +441,7 @@ def real_run(tmp_path_factory):
   for run, steps in ((warm, ()), (balance, ('--config.rl.steps=2',))):
     c = sweep.build_config(run.config, (*run.overrides, *steps))
     from_config.validate(c)
-    summaries[run.name] = loop.fit(from_config.trainer(c, run.workdir))
+    summaries[run.name] = fit_lib.fit(from_config.trainer(c, run.workdir))
   return {
     'warm': warm.workdir,
     'warm_run': warm,

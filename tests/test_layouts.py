@@ -15,8 +15,9 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from ada_jax import layouts, sharding
 from ada_jax import model as model_lib
+from ada_jax import sampler, sharding
+from ada_jax.infra import checksum, hlo, resharder
 
 # The tiny config's shapes, one layer; 256 slots as in the tiny config (with
 # fewer, the partitioner moves activations instead of gathering weights).
@@ -39,16 +40,16 @@ def train_model(mesh):
 
 def test_reshard_is_checked_and_logged(mesh, train_model, caplog):
   graphdef, state = nnx.split(train_model)
-  resharder = layouts.Resharder(mesh)
+  reshard = resharder.Resharder(mesh, sharding.SAMPLE_RULES)
   with caplog.at_level(logging.INFO):
-    out = resharder(state)
+    out = reshard(state)
   sample = nnx.merge(graphdef, out)
   assert tuple(sample.layers[0].mlp.up[...].sharding.spec) == (None, 'tensor')
   assert tuple(train_model.layers[0].mlp.up[...].sharding.spec) == ('fsdp', 'tensor')
   for a, b in zip(jax.tree.leaves(state), jax.tree.leaves(out), strict=True):
     np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
-  want = layouts.checksum(state)
-  assert layouts.checksum(out) == want
+  want = checksum.checksum(state)
+  assert checksum.checksum(out) == want
   assert f'resharded params to sampling layout: checksum {want:08x} == {want:08x}' in (
     caplog.text
   )
@@ -56,9 +57,9 @@ def test_reshard_is_checked_and_logged(mesh, train_model, caplog):
 
 def test_reshard_corruption_raises(mesh, train_model):
   _, state = nnx.split(train_model)
-  resharder = layouts.Resharder(mesh)
-  good = resharder(state)
-  copy = resharder._copy
+  reshard = resharder.Resharder(mesh, sharding.SAMPLE_RULES)
+  good = reshard(state)
+  copy = reshard._copy
 
   def swap_halves(s):
     # Same values, two blocks swapped: a plain sum would not notice.
@@ -68,14 +69,14 @@ def test_reshard_corruption_raises(mesh, train_model):
     kernel.set_value(jax.numpy.concatenate([v[64:], v[:64]]))
     return out
 
-  resharder._copy = swap_halves
-  with pytest.raises(layouts.ReshardError, match='checksum'):
-    resharder(state)
-  assert layouts.checksum(good) == layouts.checksum(state)
+  reshard._copy = swap_halves
+  with pytest.raises(resharder.ReshardError, match='checksum'):
+    reshard(state)
+  assert checksum.checksum(good) == checksum.checksum(state)
 
 
 def _summary(model, mesh):
-  text = layouts.decode_hlo(
+  text = sampler.decode_round_hlo(
     model,
     slots=_SLOTS,
     prompts=8,
@@ -83,17 +84,19 @@ def _summary(model, mesh):
     max_new_tokens=8,
     hoist_invariants=False,
   )
-  return layouts.analyze_hlo(text, mesh, nnx.state(model))
+  return hlo.analyze_hlo(text, mesh, nnx.state(model))
 
 
 def test_decode_loop_gathers_weights_only_in_training_layout(mesh, train_model):
   train = _summary(train_model, mesh)
   gathers = [c for c in train if c.weight and c.in_loop]
-  assert gathers, layouts.summarize(train)
+  assert gathers, hlo.summarize(train)
   assert any('fsdp' in c.axes for c in gathers)
-  sample_model = sharding.reshard_model(train_model, mesh, sharding.SAMPLE_RULES)
+  graphdef, state = nnx.split(train_model)
+  reshard = resharder.Resharder(mesh, sharding.SAMPLE_RULES)
+  sample_model = nnx.merge(graphdef, reshard(state))
   sample = _summary(sample_model, mesh)
-  counts = layouts.summarize(sample)
+  counts = hlo.summarize(sample)
   assert counts['loop_weight_all_gathers'] == 0, counts
   assert counts['round_weight_all_gathers'] == 0, counts
   # Across slots (data, fsdp) the loop only agrees on when to stop (scalars).
@@ -121,4 +124,4 @@ def test_decode_loop_gathers_weights_only_in_training_layout(mesh, train_model):
   ],
 )
 def test_replica_group_formats(mesh, line, axes):
-  assert layouts._axes(layouts._device_groups(line, 8), mesh) == axes
+  assert hlo._axes(hlo._device_groups(line, 8), mesh) == axes

@@ -1,4 +1,4 @@
-"""Tests for ada_jax.loss: hand-computed values, gradients, masks, micro-batches.
+"""Tests for ada_jax.rl.loss: hand-computed values, gradients, masks, micro-batches.
 
 Dimension legend: B rows, T response tokens, V vocabulary.
 """
@@ -10,7 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from ada_jax import loss as loss_lib
+from ada_jax.rl import loss as loss_lib
 
 # A hand-checkable batch (clip_low 0.2, clip_high 0.28, dual clip c = 3):
 #   row 0, A = +1, ratios 1, 1.5, 0.5, [masked]:

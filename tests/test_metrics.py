@@ -1,4 +1,4 @@
-"""Tests for ada_jax.metrics: JSONL, resume, TensorBoard records, wandb, plots."""
+"""Tests for ada_jax.infra.metrics: JSONL, resume, TensorBoard records, wandb, plots."""
 
 import json
 import struct
@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 
-from ada_jax import metrics as metrics_lib
+from ada_jax.infra import metrics as metrics_lib
 
 
 def _rl_row(step):

@@ -26,7 +26,7 @@ import time
 import numpy as np
 import pytest
 
-from ada_jax import metrics as metrics_lib
+from ada_jax.infra import metrics as metrics_lib
 from tests import conftest, multihost_worker
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent

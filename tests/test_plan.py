@@ -17,9 +17,10 @@ import pytest
 from flax import nnx
 from jax.sharding import NamedSharding, PartitionSpec
 
-from ada_jax import memory_plan, plan, sampler, sharding, update
+from ada_jax import memory_plan, plan, sampler, sharding
 from ada_jax import model as model_lib
-from ada_jax.checkpoint import abstract_opt_state
+from ada_jax.infra.checkpoint import abstract_opt_state
+from ada_jax.rl import update
 
 _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _TOL = 0.25

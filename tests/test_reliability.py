@@ -29,16 +29,10 @@ import time
 import numpy as np
 import pytest
 
-from ada_jax import checkpoint as checkpoint_lib
-from ada_jax import (
-  evaluate,
-  exit_codes,
-  export,
-  from_config,
-  loop,
-  main,
-  select_prompts,
-)
+from ada_jax import evaluate, export, from_config, main, select_prompts
+from ada_jax.infra import checkpoint as checkpoint_lib
+from ada_jax.infra import exit_codes
+from ada_jax.rl import fit as fit_lib
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 CONFIG = str(ROOT / 'configs' / 'tiny_arith.py')
@@ -366,7 +360,7 @@ def test_save_patched_to_raise_stops_the_run_before_any_summary(
 
   monkeypatch.setattr(trainer.ckpt._manager, 'save', save)
   with pytest.raises(checkpoint_lib.CheckpointSaveError) as e:
-    loop.fit(trainer)
+    fit_lib.fit(trainer)
   assert 'saving step 2' in str(e.value) and 'No space left' in str(e.value)
   assert '\n' not in str(e.value)
   assert [r['step'] for r in _rows(tmp_path) if r['phase'] == 'rl'] == [1, 2]

@@ -6,8 +6,9 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from ada_jax import compiles, hf, sampler, sharding
+from ada_jax import hf, sampler, sharding
 from ada_jax import model as model_lib
+from ada_jax.infra import compiles
 from tests import hf_fixtures
 
 N = 10

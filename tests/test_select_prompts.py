@@ -17,8 +17,9 @@ import zlib
 import numpy as np
 import pytest
 
-from ada_jax import data, from_config, pass_rates, select_prompts, sweep, verifier
+from ada_jax import data, from_config, select_prompts, sweep, verifier
 from ada_jax.datasets import prompt_key
+from ada_jax.rl import scoring
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 
@@ -171,7 +172,7 @@ def test_command_selects_by_the_rescored_answers(workdir, monkeypatch, capsys):
     assert r['correct'] == round(r['pass_rate'] * k) and r['k'] == k
   assert counts['no_correct_answer'] == sum(p == 0 for p in rates.values())
   assert report['pass_rate_histogram'] == [
-    list(b) for b in pass_rates.histogram(np.array(list(rates.values())))
+    list(b) for b in scoring.histogram(np.array(list(rates.values())))
   ]
   assert f'kept: {counts["kept"]}' in printed and 'pass rates (4 samples' in printed
   # The data builder reads the output as a prompt set (copied as the

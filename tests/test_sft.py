@@ -1,4 +1,4 @@
-"""Tests for ada_jax.sft: teacher-forced rows, boxed and bare."""
+"""Tests for ada_jax.rl.sft_rows: teacher-forced rows, boxed and bare."""
 
 import dataclasses
 
@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from ada_jax import data, verifier
-from ada_jax import sft as sft_lib
 from ada_jax import tokenizer as tokenizer_lib
+from ada_jax.rl import sft_rows as sft_lib
 
 
 @pytest.fixture(scope='module')

@@ -9,6 +9,8 @@ from flax import nnx
 
 from ada_jax import hf, sharding
 from ada_jax import model as model_lib
+from ada_jax.infra import mesh as mesh_lib
+from ada_jax.infra import resharder
 from tests import hf_fixtures
 
 
@@ -34,7 +36,7 @@ def test_sharded_forward_equals_unsharded(hf_models, shape, caplog):
   )
   expected = np.asarray(model_lib.logits(hf.load_model(path), tokens, mask))
   mesh = sharding.make_mesh(shape)
-  sharding._logged.clear()  # Logged once per process; other tests may have.
+  mesh_lib._logged.clear()  # Logged once per process; other tests may have.
   with caplog.at_level(logging.WARNING):
     model = hf.load_model(path, mesh=mesh)
   kernel = model.layers[0].mlp.gate[...]
@@ -57,7 +59,9 @@ def test_born_sharded_and_reshard_to_sampling_layout():
   mesh = sharding.make_mesh((2, 2, 2))
   model = sharding.create_sharded_model(c, mesh, sharding.TRAIN_RULES, seed=3)
   assert tuple(model.layers[1].mlp.up[...].sharding.spec) == ('fsdp', 'tensor')
-  sample = sharding.reshard_model(model, mesh, sharding.SAMPLE_RULES)
+  graphdef, state = nnx.split(model)
+  reshard = resharder.Resharder(mesh, sharding.SAMPLE_RULES)
+  sample = nnx.merge(graphdef, reshard(state))
   assert tuple(sample.layers[1].mlp.up[...].sharding.spec) == (None, 'tensor')
   for (_, a), (_, b) in zip(
     nnx.to_flat_state(nnx.state(model)),

@@ -21,9 +21,12 @@ import jax
 import numpy as np
 import pytest
 
-from ada_jax import adaptive, compiles, data, from_config, loop, train, verifier
-from ada_jax import metrics as metrics_lib
+from ada_jax import adaptive, data, from_config, verifier
 from ada_jax import tokenizer as tokenizer_lib
+from ada_jax.infra import compiles
+from ada_jax.infra import metrics as metrics_lib
+from ada_jax.rl import fit as fit_lib
+from ada_jax.rl import trainer as trainer_lib
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 # Timings and compile counts differ between a run and its resumed twin.
@@ -97,7 +100,7 @@ def same_params(a, b) -> bool:
 
 @dataclasses.dataclass
 class Run:
-  trainer: train.Trainer
+  trainer: trainer_lib.Trainer
   summary: dict
   rows: list[dict]
   params_before: list[np.ndarray]
@@ -124,7 +127,7 @@ def run(c, workdir, *, verify_fn=hash_verify, trainer_hook=None) -> Run:
     return row
 
   trainer.rl_step = recorded_step
-  summary = loop.fit(trainer)
+  summary = fit_lib.fit(trainer)
   rows = metrics_lib.read_rows(workdir, phase='rl')
   return Run(
     trainer,

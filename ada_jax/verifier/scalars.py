@@ -17,8 +17,8 @@ import mpmath
 import numpy as np
 import sympy
 
-from ada_jax import verifier_deadline as vd
-from ada_jax import verifier_values as vv
+from ada_jax.verifier import deadline as vd
+from ada_jax.verifier import values as vv
 
 
 @dataclasses.dataclass(frozen=True)

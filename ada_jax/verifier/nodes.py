@@ -1,8 +1,8 @@
 """The tuple AST that the math-answer parser produces, and the pipeline's errors.
 
-The answer verifier turns model text into sympy in stages: ``math_lexer``
-(tokens), ``math_parse`` (this AST), ``math_guards`` (size checks in log space)
-and ``math_build`` (sympy objects with ``evaluate=False``). This module holds
+The answer verifier turns model text into sympy in stages: ``lexer``
+(tokens), ``parser`` (this AST), ``guards`` (size checks in log space)
+and ``build`` (sympy objects with ``evaluate=False``). This module holds
 what the stages share: the node format and the three errors they raise.
 
 AST nodes are tuples whose first element is the node kind:
@@ -12,8 +12,8 @@ AST nodes are tuples whose first element is the node kind:
   structures: list, set, tuple, pair, union, rel, matrix
 
 ``add`` holds ``(sign, term)`` pairs where sign is one of ``+ - pm mp``; a
-``\\pm`` expands into two values (see ``math_build.has_pm`` and
-``math_build.to_sympy(pm_sign=...)``).
+``\\pm`` expands into two values (see ``build.has_pm`` and
+``build.to_sympy(pm_sign=...)``).
 """
 
 from __future__ import annotations

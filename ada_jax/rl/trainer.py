@@ -3,9 +3,9 @@
 Typed settings in, no ConfigDict (main.py builds them). One set of params
 lives in the training layout; each RL step reshards it to the sampling
 layout, prefills the step's prompts once, runs the controller's rounds over
-the sampler and the verifier (rounds.py), assembles the fixed-shape batch,
+the sampler and the verifier (rollout.py), assembles the fixed-shape batch,
 recomputes old log-probs with the training forward and takes the clipped
-surrogate updates (update.py). Checkpoints at fixed intervals and on
+surrogate updates (`update`). Checkpoints at fixed intervals and on
 preemption; a restarted run resumes from the latest complete checkpoint.
 
 Dimension legend: B prompts per step, P prompt bucket, N new tokens,
@@ -27,22 +27,14 @@ import optax
 from flax import nnx
 from tqdm import tqdm
 
-from ada_jax import (
-  adaptive,
-  compiles,
-  data,
-  layouts,
-  multihost,
-  pass_rates,
-  rounds,
-  sharding,
-  update,
-)
-from ada_jax import checkpoint as checkpoint_lib
-from ada_jax import metrics as metrics_lib
+from ada_jax import adaptive, data, sharding
 from ada_jax import model as model_lib
-from ada_jax import sft as sft_lib
 from ada_jax import tokenizer as tokenizer_lib
+from ada_jax.infra import checkpoint as checkpoint_lib
+from ada_jax.infra import compiles, multihost, resharder
+from ada_jax.infra import metrics as metrics_lib
+from ada_jax.rl import rollout, scoring, update
+from ada_jax.rl import sft_rows as sft_lib
 
 
 @dataclasses.dataclass(frozen=True)
@@ -55,7 +47,7 @@ class SFTSettings:
   warmup: int = 0
   lr_schedule: str = 'constant'  # or 'cosine' (to 0 at the last SFT step)
   # Share of drawn demonstrations with a boxed answer; the rest give the bare
-  # answer (an imperfect teacher, see sft.py). 1.0: always boxed.
+  # answer (an imperfect teacher, see sft_rows.py). 1.0: always boxed.
   boxed_share: float = 1.0
 
 
@@ -66,7 +58,7 @@ class RLSettings:
   steps: int
   prompts_per_step: int
   controller: dict[str, Any]  # kwargs of adaptive.sample_groups (rule, n, M, ...)
-  rounds: rounds.RoundSettings
+  rounds: rollout.RoundSettings
   update: update.UpdateSettings
   lr: float = 1e-6
   warmup: int = 10
@@ -138,7 +130,7 @@ class Trainer:
       slots=rl.rounds.slots,
       target_groups=rl.controller.get('target_groups'),
     )
-    self._resharder = layouts.Resharder(mesh, sharding.SAMPLE_RULES)
+    self._resharder = resharder.Resharder(mesh, sharding.SAMPLE_RULES)
 
   def _pinned_update(self, tx, pinned) -> tuple[Callable[..., Any], Any]:
     """(update fn with pinned output shardings, fresh optimizer state)."""
@@ -311,7 +303,7 @@ class Trainer:
   def _score(self, examples, *, k, temperature, rng, progress=None):
     tokens, mask = self.encode(examples)
     r = self.rl.rounds
-    return pass_rates.sample_and_score(
+    return scoring.sample_and_score(
       self.sampling_model(),
       self.tok,
       tokens,
@@ -360,7 +352,7 @@ class Trainer:
       rng=jax.random.key(1),
       progress='pass rates',
     )
-    return pass_rates.histogram(correct.mean(axis=1), bins=self.rl.histogram_k)
+    return scoring.histogram(correct.mean(axis=1), bins=self.rl.histogram_k)
 
   # RL.
 
@@ -372,7 +364,7 @@ class Trainer:
     tokens, mask = self.prompt_arrays(examples)
     rng = jax.random.fold_in(self.rng, self.step)
     sample_model = self.sampling_model()
-    out = rounds.run_step(
+    out = rollout.run_step(
       sample_model,
       self.tok,
       tokens,
@@ -462,6 +454,6 @@ class Trainer:
         'step %d: %d non-finite update(s) skipped', self.step, int(um['skipped'])
       )
     self.writer.write_samples(
-      self.step, rounds.sample_rows(out, examples, self.rl.samples_to_log)
+      self.step, rollout.sample_rows(out, examples, self.rl.samples_to_log)
     )
     return row

@@ -29,8 +29,8 @@ import jax.numpy as jnp
 import optax
 from flax import nnx
 
-from ada_jax import loss as loss_lib
 from ada_jax import model as model_lib
+from ada_jax.rl import loss as loss_lib
 
 Array = jax.Array
 

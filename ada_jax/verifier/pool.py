@@ -1,4 +1,4 @@
-"""Worker-process pool with a hard per-item deadline for ``verify_batch``.
+"""``verify_batch``: a worker-process pool with a hard per-item deadline.
 
 Signals cannot bound a sympy call made off the main thread (Ray, async, thread
 pools), so the batch path runs each item in a worker process and the parent
@@ -22,9 +22,12 @@ import multiprocessing.connection
 import os
 import threading
 import time
+from collections.abc import Sequence
 from typing import Any
 
-from ada_jax import answer_normalize
+import numpy as np
+
+from ada_jax.verifier import grade, normalize
 
 _STAT_KEYS = ('calls', 'timeouts', 'guard_trips', 'parse_failures')
 _READY = 'ready'
@@ -39,8 +42,6 @@ def _worker_main(conn: Any, start_delay_s: float = 0.0) -> None:
   message per task when done. `start_delay_s` stands in for a slow start in
   tests.
   """
-  from ada_jax import verifier
-
   time.sleep(start_delay_s)
   conn.send(_READY)
   while True:
@@ -51,11 +52,11 @@ def _worker_main(conn: Any, start_delay_s: float = 0.0) -> None:
     if chunk is None:
       return
     for index, answer, reference in chunk:
-      before = verifier.counters()
+      before = grade.counters()
       start = time.monotonic()
-      ok = verifier.equivalent(answer, reference)
+      ok = grade.equivalent(answer, reference)
       elapsed = time.monotonic() - start
-      after = verifier.counters()
+      after = grade.counters()
       conn.send((index, ok, elapsed, {k: after[k] - before[k] for k in after}))
 
 
@@ -207,7 +208,7 @@ def run(
   size = workers or min(os.cpu_count() or 1, 16)
   tasks = []
   for k, (response, reference) in enumerate(zip(responses, references, strict=True)):
-    answer = answer_normalize.extract(response) if isinstance(response, str) else None
+    answer = normalize.extract(response) if isinstance(response, str) else None
     if answer is not None and isinstance(reference, str):
       tasks.append((k, answer, reference))
   stats = {'calls': len(responses) - len(tasks)}
@@ -232,3 +233,38 @@ def shutdown() -> None:
   """Stops the worker processes (they are also stopped at interpreter exit)."""
   with _POOL_LOCK:
     _shutdown()
+
+
+def verify_batch(
+  responses: Sequence[str],
+  references: Sequence[str],
+  *,
+  timeout_s: float = 2.0,
+  workers: int | None = None,
+) -> np.ndarray:
+  """Scores many (response, reference) pairs in worker processes.
+
+  Each item gets ``timeout_s`` of worker time; a worker still busy after that
+  is killed and replaced (no reliance on signals, so this works from any
+  thread) and the item scores False. The pool persists between calls. The
+  workers' counter increments are added to this process's ``counters()``.
+
+  Args:
+    responses: model responses.
+    references: reference answers, one per response.
+    timeout_s: hard per-item deadline in seconds.
+    workers: number of worker processes (default: CPU count, at most 16).
+
+  Returns:
+    A bool array of shape ``[len(responses)]``.
+
+  Raises:
+    ValueError: if the two sequences differ in length.
+  """
+  if len(responses) != len(references):
+    raise ValueError('responses and references differ in length')
+  results, stats = run(
+    list(responses), list(references), timeout_s=timeout_s, workers=workers
+  )
+  grade.add_counts(stats)
+  return np.asarray(results, dtype=bool)

@@ -1,10 +1,10 @@
 """Recursive-descent parser from a normalised math answer to a tuple AST.
 
 Model text is never handed to ``sympify``/``parse_expr``/``eval`` (they run
-Python code). ``parse`` tokenizes the answer (``math_lexer``), parses it with a
+Python code). ``parse`` tokenizes the answer (``lexer``), parses it with a
 small depth-guarded grammar into the plain tuple AST described in
-``math_ast``, and checks the size and magnitude guards (``math_guards``)
-before anything is evaluated; ``math_build`` then turns a guarded AST into
+``nodes``, and checks the size and magnitude guards (``guards``)
+before anything is evaluated; ``build`` then turns a guarded AST into
 sympy objects with ``evaluate=False``.
 
 Grammar, loosest binding first: items (``,`` ``;``), relation (``= < <= > >=
@@ -16,7 +16,7 @@ atoms (numbers, symbols, constants, brackets, ``\\{...\\}``, ``|x|``,
 
 from __future__ import annotations
 
-from ada_jax import math_ast, math_guards, math_lexer
+from ada_jax.verifier import guards, lexer, nodes
 
 MAX_DEPTH = 50  # guard: deeper nesting raises GuardError
 
@@ -40,7 +40,7 @@ class _Parser:
   def take(self) -> tuple[str, str]:
     tok = self.peek()
     if tok[0] == 'end':
-      raise math_ast.ParseError('unexpected end')
+      raise nodes.ParseError('unexpected end')
     self.i += 1
     return tok
 
@@ -50,47 +50,47 @@ class _Parser:
 
   def expect(self, op: str) -> None:
     if not self.is_op(op):
-      raise math_ast.ParseError(f'expected {op}, got {self.peek()[1]!r}')
+      raise nodes.ParseError(f'expected {op}, got {self.peek()[1]!r}')
     self.i += 1
 
   def enter(self) -> None:
     self.depth += 1
     if self.depth > MAX_DEPTH:
-      raise math_ast.GuardError('nesting too deep')
+      raise nodes.GuardError('nesting too deep')
 
   def leave(self) -> None:
     self.depth -= 1
 
-  def parse(self) -> math_ast.Node:
+  def parse(self) -> nodes.Node:
     items = self.items()
     if self.peek()[0] != 'end':
-      raise math_ast.ParseError(f'unconsumed input at {self.peek()[1]!r}')
+      raise nodes.ParseError(f'unconsumed input at {self.peek()[1]!r}')
     return items[0] if len(items) == 1 else ('list', items)
 
-  def items(self) -> list[math_ast.Node]:
+  def items(self) -> list[nodes.Node]:
     out = [self.relation()]
     while self.is_op(',', ';'):
       self.i += 1
       out.append(self.relation())
     return out
 
-  def relation(self) -> math_ast.Node:
+  def relation(self) -> nodes.Node:
     parts, ops = [self.union()], []
     while self.peek()[0] == 'op' and self.peek()[1] in _REL_OPS:
       ops.append(self.take()[1])
       parts.append(self.union())
     return ('rel', parts, ops) if ops else parts[0]
 
-  def union(self) -> math_ast.Node:
+  def union(self) -> nodes.Node:
     parts = [self.add()]
     while self.is_op('cup'):
       self.i += 1
       parts.append(self.add())
     return ('union', parts) if len(parts) > 1 else parts[0]
 
-  def add(self) -> math_ast.Node:
+  def add(self) -> nodes.Node:
     self.enter()
-    terms: list[tuple[str, math_ast.Node]] = []
+    terms: list[tuple[str, nodes.Node]] = []
     sign = '+'
     if self.is_op('+', '-', 'pm', 'mp'):
       sign = self.take()[1]
@@ -111,8 +111,8 @@ class _Parser:
       return text not in ('rfloor', 'rceil', 'end')
     return kind == 'op' and text in ('(', '{')
 
-  def term(self) -> math_ast.Node:
-    factors: list[tuple[str, math_ast.Node]] = [('*', self.factor())]
+  def term(self) -> nodes.Node:
+    factors: list[tuple[str, nodes.Node]] = [('*', self.factor())]
     while True:
       if self.is_op('*', '/'):
         op = self.take()[1]
@@ -135,7 +135,7 @@ class _Parser:
         break
     return factors[0][1] if len(factors) == 1 else ('mul', factors)
 
-  def factor(self) -> math_ast.Node:
+  def factor(self) -> nodes.Node:
     base = self.atom()
     while self.is_op('!'):
       self.i += 1
@@ -144,13 +144,13 @@ class _Parser:
       self.i += 1
       base = ('pow', base, self.script_arg())
       if self.is_op('^'):
-        raise math_ast.ParseError('double superscript')
+        raise nodes.ParseError('double superscript')
       while self.is_op('!'):
         self.i += 1
         base = ('fact', base)
     return base
 
-  def script_arg(self) -> math_ast.Node:
+  def script_arg(self) -> nodes.Node:
     """Argument of ^, \\frac, \\sqrt, \\binom: a braced group or one token."""
     self.enter()
     try:
@@ -172,11 +172,11 @@ class _Parser:
         return ('num', text[0])
       if kind in ('letter', 'const', 'cmd'):
         return self.atom()
-      raise math_ast.ParseError(f'bad argument {text!r}')
+      raise nodes.ParseError(f'bad argument {text!r}')
     finally:
       self.leave()
 
-  def atom(self) -> math_ast.Node:
+  def atom(self) -> nodes.Node:
     kind, text = self.take()
     if kind == 'num':
       return ('num', text)
@@ -193,7 +193,7 @@ class _Parser:
     if kind == 'const':
       return ('const', text)
     if kind == 'word':
-      raise math_ast.TextAnswerError(text)
+      raise nodes.TextAnswerError(text)
     if kind == 'op':
       if text in ('(', '['):
         return self.group(text)
@@ -212,10 +212,10 @@ class _Parser:
         inner = self.add()
         self.expect('|')
         return ('abs', inner)
-      raise math_ast.ParseError(f'unexpected {text!r}')
+      raise nodes.ParseError(f'unexpected {text!r}')
     if kind == 'cmd':
       return self.command(text)
-    raise math_ast.ParseError(f'unexpected {text!r}')
+    raise nodes.ParseError(f'unexpected {text!r}')
 
   def subscript(self) -> str:
     kind, text = self.take()
@@ -226,35 +226,35 @@ class _Parser:
       while not self.is_op('}'):
         k, t = self.take()
         if k not in ('num', 'letter', 'word'):
-          raise math_ast.ParseError('bad subscript')
+          raise nodes.ParseError('bad subscript')
         parts.append(t)
       self.i += 1
       return ''.join(parts)
-    raise math_ast.ParseError('bad subscript')
+    raise nodes.ParseError('bad subscript')
 
-  def group(self, opener: str) -> math_ast.Node:
+  def group(self, opener: str) -> nodes.Node:
     items = self.items()
     closer = self.take()
     if closer[0] != 'op' or closer[1] not in (')', ']'):
-      raise math_ast.ParseError('unclosed bracket')
+      raise nodes.ParseError('unclosed bracket')
     matched = (opener, closer[1]) in (('(', ')'), ('[', ']'))
     if len(items) == 1:
       if not matched:
-        raise math_ast.ParseError('half-open bracket around one item')
+        raise nodes.ParseError('half-open bracket around one item')
       return items[0]
     if len(items) == 2:
       return ('pair', items[0], items[1], opener, closer[1])
     if not matched:
-      raise math_ast.ParseError('mixed brackets around a tuple')
+      raise nodes.ParseError('mixed brackets around a tuple')
     return ('tuple', items, opener)
 
-  def command(self, name: str) -> math_ast.Node:
+  def command(self, name: str) -> nodes.Node:
     if name == 'frac':
       return ('frac', self.script_arg(), self.script_arg())
     if name == 'binom':
       return ('binom', self.script_arg(), self.script_arg())
     if name == 'sqrt':
-      index: math_ast.Node = ('num', '2')
+      index: nodes.Node = ('num', '2')
       if self.is_op('['):
         self.i += 1
         index = self.add()
@@ -264,22 +264,22 @@ class _Parser:
       inner = self.add()
       closer = self.take()
       if closer != ('cmd', 'r' + name[1:]):
-        raise math_ast.ParseError('unclosed floor/ceil')
+        raise nodes.ParseError('unclosed floor/ceil')
       return ('floor' if name == 'lfloor' else 'ceil', inner)
-    if name in math_lexer.FUNCS:
+    if name in lexer.FUNCS:
       return self.function(name)
     if name == 'begin':
       return self.matrix()
-    raise math_ast.ParseError(f'unexpected \\{name}')
+    raise nodes.ParseError(f'unexpected \\{name}')
 
-  def function(self, name: str) -> math_ast.Node:
+  def function(self, name: str) -> nodes.Node:
     self.enter()
     try:
       return self._function(name)
     finally:
       self.leave()
 
-  def _function(self, name: str) -> math_ast.Node:
+  def _function(self, name: str) -> nodes.Node:
     base = None
     if name == 'log' and self.is_op('_'):
       self.i += 1
@@ -295,11 +295,11 @@ class _Parser:
       # next function so that \sin x \cos x is a product of two calls.
       factors = [('*', self.factor())]
       while self.starts_implicit() and self.peek() != ('op', '('):
-        if self.peek()[0] == 'cmd' and self.peek()[1] in math_lexer.FUNCS:
+        if self.peek()[0] == 'cmd' and self.peek()[1] in lexer.FUNCS:
           break
         factors.append(('*', self.factor()))
       arg = factors[0][1] if len(factors) == 1 else ('mul', factors)
-    node: math_ast.Node = ('func', name, arg, base)
+    node: nodes.Node = ('func', name, arg, base)
     return ('pow', node, power) if power is not None else node
 
   def env_name(self) -> str:
@@ -310,18 +310,18 @@ class _Parser:
     self.i += 1
     return ''.join(parts)
 
-  def matrix(self) -> math_ast.Node:
+  def matrix(self) -> nodes.Node:
     env = self.env_name()
     if env not in _MATRIX_ENVS:
-      raise math_ast.ParseError(f'unsupported environment {env}')
+      raise nodes.ParseError(f'unsupported environment {env}')
     if env == 'array' and self.is_op('{'):
       self.env_name()  # column spec such as {cc}
-    rows: list[list[math_ast.Node]] = [[]]
+    rows: list[list[nodes.Node]] = [[]]
     while True:
       if self.peek() == ('cmd', 'end'):
         self.i += 1
         if self.env_name() != env:
-          raise math_ast.ParseError('mismatched \\end')
+          raise nodes.ParseError('mismatched \\end')
         break
       rows[-1].append(self.add())
       if self.is_op('&'):
@@ -331,30 +331,30 @@ class _Parser:
         if self.peek() != ('cmd', 'end'):
           rows.append([])
       elif self.peek() != ('cmd', 'end'):
-        raise math_ast.ParseError('bad matrix cell')
+        raise nodes.ParseError('bad matrix cell')
     if not rows[0] or any(len(r) != len(rows[0]) for r in rows):
-      raise math_ast.ParseError('ragged matrix')
+      raise nodes.ParseError('ragged matrix')
     return ('matrix', rows)
 
 
-def _is_int_literal(node: math_ast.Node) -> bool:
+def _is_int_literal(node: nodes.Node) -> bool:
   return node[0] == 'num' and '.' not in node[1]
 
 
-def parse(text: str) -> math_ast.Node:
+def parse(text: str) -> nodes.Node:
   """Parses a normalised answer string into an AST and checks the guards.
 
   Raises:
-    math_ast.TextAnswerError: the answer contains words (compare as text).
-    math_ast.ParseError: not in the grammar, or unconsumed input.
-    math_ast.GuardError: a size, depth or magnitude guard tripped.
+    nodes.TextAnswerError: the answer contains words (compare as text).
+    nodes.ParseError: not in the grammar, or unconsumed input.
+    nodes.GuardError: a size, depth or magnitude guard tripped.
   """
-  toks = math_lexer.tokenize(text)
+  toks = lexer.tokenize(text)
   for k, (kind, word) in enumerate(toks):
     if kind == 'word' and not (
       k >= 2 and toks[k - 2] in (('cmd', 'begin'), ('cmd', 'end'))
     ):
-      raise math_ast.TextAnswerError(word)
+      raise nodes.TextAnswerError(word)
   node = _Parser(toks).parse()
-  math_guards.check_guards(node)
+  guards.check_guards(node)
   return node

@@ -1,6 +1,6 @@
 """Comparable values of a parsed answer: scalars, sequences, intervals, relations.
 
-The verifier interprets the guarded tuple AST of ``math_parse`` as one of a
+The verifier interprets the guarded tuple AST of ``parser`` as one of a
 few value classes before comparing: ``Scalar`` (an evaluated sympy number or
 expression, with its decimal precision when written as a decimal), ``Seq``
 (list, set, tuple, ``(a, b)`` pair, or the two branches of a ``\\pm``),
@@ -16,8 +16,8 @@ from typing import Any
 
 import sympy
 
-from ada_jax import math_ast, math_build
-from ada_jax import verifier_deadline as vd
+from ada_jax.verifier import build, nodes
+from ada_jax.verifier import deadline as vd
 
 MAX_ITEMS = 20  # guard: a set or list with more items trips GuardError
 
@@ -66,7 +66,7 @@ class Matrix:
   rows: list[list[Any]]
 
 
-def _decimal_meta(node: math_ast.Node) -> tuple[int, int] | None:
+def _decimal_meta(node: nodes.Node) -> tuple[int, int] | None:
   """(decimal places, significant digits) of a decimal literal, else None."""
   if node[0] == 'add' and len(node[1]) == 1 and node[1][0][0] == '-':
     node = node[1][0][1]
@@ -76,7 +76,7 @@ def _decimal_meta(node: math_ast.Node) -> tuple[int, int] | None:
   return places, max(len(node[1].replace('.', '').lstrip('0')), 1)
 
 
-def to_value(node: math_ast.Node) -> Any:
+def to_value(node: nodes.Node) -> Any:
   """Interprets a guarded AST as a comparable value."""
   vd.check()
   kind = node[0]
@@ -90,7 +90,7 @@ def to_value(node: math_ast.Node) -> Any:
         value.items if isinstance(value, Seq) and value.kind == 'pm' else [value]
       )
     if len(items) > MAX_ITEMS:
-      raise math_ast.GuardError('too many items')
+      raise nodes.GuardError('too many items')
     return Seq(kind, items)
   if kind == 'tuple':
     return Seq('tuple', [to_value(i) for i in node[1]], node[2])
@@ -102,7 +102,7 @@ def to_value(node: math_ast.Node) -> Any:
       value = to_value(part)
       intervals = as_intervals(value)
       if intervals is None:
-        raise math_ast.ParseError('union of non-intervals')
+        raise nodes.ParseError('union of non-intervals')
       parts.extend(intervals.parts)
     return Intervals(parts)
   if kind == 'rel':
@@ -113,12 +113,12 @@ def to_value(node: math_ast.Node) -> Any:
     return Intervals([(-sympy.oo, sympy.oo, False, False)])
   if kind == 'const' and node[1] == 'empty':
     return Seq('set', [])
-  if math_build.has_pm(node):
+  if build.has_pm(node):
     return Seq(
       'pm',
-      [Scalar(math_build.evaluate(node, 1)), Scalar(math_build.evaluate(node, -1))],
+      [Scalar(build.evaluate(node, 1)), Scalar(build.evaluate(node, -1))],
     )
-  return Scalar(math_build.evaluate(node), _decimal_meta(node))
+  return Scalar(build.evaluate(node), _decimal_meta(node))
 
 
 def is_assignment(rel: Rel) -> bool:

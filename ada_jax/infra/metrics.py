@@ -36,8 +36,8 @@ from typing import Any
 import numpy as np
 from etils import epath
 
-from ada_jax import run_dir
-from ada_jax.run_dir import CONFIG_FILE, METRICS_FILE, SAMPLES_FILE
+from ada_jax.infra import run_dir
+from ada_jax.infra.run_dir import CONFIG_FILE, METRICS_FILE, SAMPLES_FILE
 
 __all__ = ['CONFIG_FILE', 'METRICS_FILE', 'SAMPLES_FILE']  # Re-exported names.
 

@@ -12,7 +12,7 @@ Why checksums: orbax finishes a step atomically (a renamed tmp dir locally,
 wrong numbers. Each leaf gets a position-weighted uint32 sum of its bits,
 computed on device; wrap-around integer sums are exact in any reduction order,
 so any target sharding reproduces it (the on-disk form, checksums included,
-is `checkpoint_format.py`). A step that fails to read or verify is
+is `checkpoint_format`). A step that fails to read or verify is
 moved to `WORKDIR/checkpoints.corrupt/` with a warning and the previous one is
 tried; one whose paths or shapes differ from the target raises instead (a
 changed config, not a broken file).
@@ -53,7 +53,8 @@ import optax
 import orbax.checkpoint as ocp
 from etils import epath
 
-from ada_jax import checkpoint_format as fmt
+from ada_jax.infra import checkpoint_format as fmt
+from ada_jax.infra import checksum, multihost
 
 PyTree = Any
 _COMMIT_MARKER = 'commit_success.txt'  # orbax's marker, in every finished step dir.
@@ -72,17 +73,7 @@ class CheckpointSaveError(RuntimeError):
   """A checkpoint that could not be written; the run must stop (one line)."""
 
 
-# Multi-host agreement.
-
-
-def _any_host(flag: bool) -> bool:
-  """True on every host if `flag` is True on any host (a collective)."""
-  if jax.process_count() == 1:
-    return flag
-  from jax.experimental import multihost_utils
-
-  gathered = multihost_utils.process_allgather(np.array([int(flag)], np.int32))
-  return bool(np.any(gathered))
+# Who owns SIGTERM.
 
 
 def _preemption_service_owns_sigterm() -> bool:
@@ -264,7 +255,7 @@ class Checkpointer:
 
   def signal_on_any_host(self) -> bool:
     """Whether any host got a handled signal (a collective: call on all hosts)."""
-    return _any_host(self._signal_flag)
+    return multihost.any_host(self._signal_flag)
 
   def restore_signal_handlers(self) -> None:
     """Puts back the handlers that `install_signal_handlers` replaced."""
@@ -281,7 +272,9 @@ class Checkpointer:
     """
     if step in self._decisions:
       return self._decisions[step]
-    preempted = _any_host(self._signal_flag) or self._manager.reached_preemption(step)
+    preempted = multihost.any_host(
+      self._signal_flag
+    ) or self._manager.reached_preemption(step)
     latest = self._manager.latest_step()
     done = latest is not None and latest >= step
     decision = not done and (preempted or step % self.every_steps == 0)
@@ -310,12 +303,12 @@ class Checkpointer:
       key = fmt.leaf_signature(part)
       if compile_only:  # at start-up, so that a save later adds no compile.
         if key not in self._checksum_fns:
-          self._checksum_fns[key] = fmt.checksums_jit.lower(part).compile()
+          self._checksum_fns[key] = checksum.checksums_jit.lower(part).compile()
         continue
       try:
-        values = self._checksum_fns.get(key, fmt.checksums_jit)(part)
+        values = self._checksum_fns.get(key, checksum.checksums_jit)(part)
       except TypeError:  # a precompiled function rejects other avals.
-        values = fmt.checksums_jit(part)
+        values = checksum.checksums_jit(part)
       for i, v in zip(index, jax.device_get(values), strict=True):
         out[i] = int(v)
     return out
@@ -417,7 +410,7 @@ class Checkpointer:
         problem = f'{type(e).__name__}: {e.strerror or e}'
     else:
       problem = ''
-    if _any_host(bool(problem)):
+    if multihost.any_host(bool(problem)):
       raise self._fail(step, problem or 'not writable on process 0')
 
   def check(self) -> None:
@@ -442,7 +435,7 @@ class Checkpointer:
       raise self._fail(step, e) from e
     self._pending = None
     committed = (self.directory / str(step) / _COMMIT_MARKER).exists()
-    if _any_host(not committed):
+    if multihost.any_host(not committed):
       raise self._fail(step, 'the step did not commit (see the log above)')
 
   # Restore.
@@ -486,7 +479,7 @@ class Checkpointer:
       except Exception as e:  # Any read failure means a corrupt step.
         reason = f'{type(e).__name__}: {e}'[:500]
       # All hosts agree before going on: each one reads only some shards.
-      if not _any_host(out is None):
+      if not multihost.any_host(out is None):
         out, reason = self._verify(step, *out)
         if out is not None:
           return out

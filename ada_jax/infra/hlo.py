@@ -1,51 +1,45 @@
-"""Training vs sampling layout: the per-step reshard, its checksum, and the HLO proof.
+"""Reading a compiled program's HLO text: its collectives, where they run.
 
-The params live in the training layout (EMBED on fsdp, heads/MLP/vocab on
-tensor). Before the rounds of a step they are copied into the sampling
-layout (replicated over data and fsdp, tensor only) by one jitted identity
-with `out_shardings` (`Resharder`). A weight sync that silently scrambles
-shards makes "coherent garbage" samples with no error, so every reshard is
-checked: a bit-exact checksum of the training params and of the resharded
-copy, computed on device in one call, must match; it is logged at INFO and a
-mismatch raises.
+`analyze_hlo(compiled.as_text(), mesh, state)` lists every collective of a
+compiled program with its mesh axes, whether it sits inside the program's
+main `while` loop (a decode round: once per generated token) and whether it
+all-gathers a weight (recognised by shape among the params' gathered
+forms); `summarize` counts them. The layout checks (tests/test_layouts.py),
+the reshard benchmark and the memory work use it with
+`sampler.decode_round_hlo`. XLA's HLO text is not a stable API: the parser
+reads the three device-group forms XLA prints today and reports '?' axes for
+any other.
 
-Why reshard at all, from the compiled decode round (`decode_hlo`,
-`analyze_hlo`; benchmarks/reshard.py prints the counts): with FSDP-sharded
-weights the SPMD partitioner either all-gathers the weights inside the
-decode loop, once per generated token (the tiny model with S=256 slots: 13
-weight all-gathers over fsdp per token), or, with few slots (S=64), keeps
-the weights sharded and moves the activations over fsdp at every token
-instead. XLA:CPU then hoists the loop-invariant weight gathers out of the
-loop, which keeps a second, gathered copy of the weights for the whole round
-(other pipelines may not hoist). The sampling layout needs neither: no
-weight all-gather anywhere in the round, and across the slots' axes the loop
-only agrees on when to stop (scalars). `hoist_invariants=False` compiles
-without XLA's while-loop invariant code motion, so the HLO shows where the
-partitioner put each gather, i.e. what it asks to run per token.
+What it shows for the decode round: with FSDP-sharded weights the SPMD
+partitioner either all-gathers the weights inside the decode loop, once per
+generated token (the tiny model with S=256 slots: 13 weight all-gathers over
+fsdp per token), or, with few slots (S=64), keeps the weights sharded and
+moves the activations over fsdp at every token instead. XLA:CPU then hoists
+the loop-invariant weight gathers out of the loop, which keeps a second,
+gathered copy of the weights for the whole round (other pipelines may not
+hoist); compiling without that pass (`LICM_PASS`) shows where the
+partitioner put each gather, i.e. what it asks to run per token. The
+sampling layout needs neither: no weight all-gather anywhere in the round,
+and across the slots' axes the loop only agrees on when to stop (scalars).
 
-Dimension legend: S slots, N new tokens, D model dim, F MLP dim, V vocab.
+Dimension legend: none (text analysis).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import functools
-import logging
 import math
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 from jax.sharding import Mesh
 
-from ada_jax import model as model_lib
-from ada_jax import sampler
-from ada_jax import sharding as sharding_lib
-
-_LICM_PASS = 'while-loop-invariant-code-motion'
+# The XLA pass that hoists loop invariants; `sampler.decode_round_hlo` can
+# disable it to show where the partitioner placed each gather.
+LICM_PASS = 'while-loop-invariant-code-motion'
 _COLLECTIVES = (
   'all-gather',
   'all-reduce',
@@ -53,85 +47,6 @@ _COLLECTIVES = (
   'all-to-all',
   'collective-permute',
 )
-
-
-# Checksums.
-
-
-def _leaf_checksum(x: jax.Array) -> jax.Array:
-  """uint32 sum of the leaf's bit patterns weighted by odd positions.
-
-  Integer sums wrap exactly in any reduction order, so any sharding of the
-  same values gives the same number; the position weights catch shards that
-  land in the wrong place, which a plain sum would not.
-  """
-  unsigned = {1: jnp.uint8, 2: jnp.uint16}.get(x.dtype.itemsize, jnp.uint32)
-  words = jax.lax.bitcast_convert_type(x, unsigned).astype(jnp.uint32).reshape(-1)
-  weights = jax.lax.iota(jnp.uint32, words.size) * jnp.uint32(2) + jnp.uint32(1)
-  return jnp.sum(words * weights, dtype=jnp.uint32)
-
-
-def _tree_checksum(tree) -> jax.Array:
-  leaves = jax.tree.leaves(tree)
-  sums = [_leaf_checksum(x) * jnp.uint32(2 * i + 1) for i, x in enumerate(leaves)]
-  return functools.reduce(jnp.add, sums, jnp.uint32(0))
-
-
-@jax.jit
-def _pair_checksums(a, b) -> tuple[jax.Array, jax.Array]:
-  return _tree_checksum(a), _tree_checksum(b)
-
-
-def checksum(tree) -> int:
-  """Layout-independent uint32 checksum of a pytree of arrays."""
-  return int(jax.device_get(jax.jit(_tree_checksum)(tree)))
-
-
-class ReshardError(RuntimeError):
-  """The resharded params differ from the training params."""
-
-
-class Resharder:
-  """Params from their (training) layout into `rules`' layout, one jitted call.
-
-  The output shardings are derived on the first call and the jitted copy is
-  reused, so a run compiles it (and its checksum) once.
-  """
-
-  def __init__(
-    self,
-    mesh: Mesh,
-    rules: Mapping[str, str | None] = sharding_lib.SAMPLE_RULES,
-    *,
-    check: bool = True,
-    name: str = 'sampling',
-  ):
-    self.mesh, self.rules, self.check, self.name = mesh, rules, check, name
-    self._copy = None
-
-  def __call__(self, state: nnx.State) -> nnx.State:
-    """The same values in the target layout; raises ReshardError on a mismatch."""
-    if self._copy is None:
-      shardings = sharding_lib.state_shardings(state, self.mesh, self.rules)
-      self._copy = jax.jit(lambda s: s, out_shardings=shardings)
-    out = self._copy(state)
-    if self.check:
-      before, after = (int(v) for v in jax.device_get(_pair_checksums(state, out)))
-      if before != after:
-        raise ReshardError(
-          f'resharded params to {self.name} layout: checksum {before:08x} != '
-          f'{after:08x}; the copy is corrupt'
-        )
-      logging.info(
-        'resharded params to %s layout: checksum %08x == %08x',
-        self.name,
-        before,
-        after,
-      )
-    return out
-
-
-# HLO inspection.
 
 
 @dataclasses.dataclass(frozen=True)
@@ -313,39 +228,6 @@ def analyze_hlo(hlo: str, mesh: Mesh, state: nnx.State) -> list[Collective]:
         )
       )
   return out
-
-
-def decode_hlo(
-  model: model_lib.Transformer,
-  *,
-  slots: int,
-  prompts: int,
-  prompt_len: int,
-  max_new_tokens: int,
-  hoist_invariants: bool = True,
-) -> str:
-  """The compiled HLO text of one decode round for the model's current layout.
-
-  A dummy prompt batch is prefilled so that the prompt cache has the
-  shardings a run gives it; the round is then lowered exactly as
-  `sampler.sample_round` calls it.
-
-  Args:
-    model: the policy, in the layout to inspect.
-    slots: S.
-    prompts: B, prompts of the step.
-    prompt_len: P, the prompt bucket.
-    max_new_tokens: N.
-    hoist_invariants: False compiles without XLA's while-loop invariant code
-      motion (see the module docstring).
-  """
-  tokens = np.ones((prompts, prompt_len), np.int32)
-  cache = sampler.prefill(model, tokens, np.ones_like(tokens))
-  lowered = sampler.lower_round(
-    model, cache, slots=slots, max_new_tokens=max_new_tokens
-  )
-  options = None if hoist_invariants else {'xla_disable_hlo_passes': _LICM_PASS}
-  return lowered.compile(compiler_options=options).as_text()
 
 
 def summarize(collectives: Sequence[Collective]) -> dict[str, int]:

@@ -1,14 +1,14 @@
 """Tokenizer for normalised math answers (first stage of the verifier's parser).
 
 Splits an answer string such as ``\\frac{1}{2} + \\sqrt{3}x`` into ``(kind,
-text)`` tokens for ``math_parse``. Only a fixed vocabulary of LaTeX commands,
+text)`` tokens for ``parser``. Only a fixed vocabulary of LaTeX commands,
 Greek letters and function names is accepted; anything else is a ParseError,
 and the token count and literal length are guarded before parsing starts.
 """
 
 from __future__ import annotations
 
-from ada_jax import math_ast
+from ada_jax.verifier import nodes
 
 # Guards. A trip raises GuardError and the answer scores False.
 MAX_TOKENS = 500
@@ -52,7 +52,7 @@ _GREEK = frozenset(
     'Omega',
   ]
 )
-# Function names, as commands (\sin) or bare words (sin); math_parse reads
+# Function names, as commands (\sin) or bare words (sin); the parser reads
 # their arguments.
 FUNCS = frozenset(
   [
@@ -141,7 +141,7 @@ def tokenize(text: str) -> list[tuple[str, str]]:
         while j < n and text[j].isdigit():
           j += 1
       if j - i > MAX_INT_DIGITS:
-        raise math_ast.GuardError('literal too long')
+        raise nodes.GuardError('literal too long')
       toks.append(('num', text[i:j]))
       i = j
     elif c.isascii() and c.isalpha():
@@ -175,7 +175,7 @@ def tokenize(text: str) -> list[tuple[str, str]]:
         elif nxt in (',', ';', ':', '!', ' ', ''):
           pass  # spacing commands the normaliser missed
         else:
-          raise math_ast.ParseError(f'unknown escape \\{nxt}')
+          raise nodes.ParseError(f'unknown escape \\{nxt}')
         i += 2
         continue
       name = text[i + 1 : j]
@@ -189,7 +189,7 @@ def tokenize(text: str) -> list[tuple[str, str]]:
       elif name in FUNCS or name in _STRUCT_CMDS:
         toks.append(('cmd', name))
       else:
-        raise math_ast.ParseError(f'unsupported command \\{name}')
+        raise nodes.ParseError(f'unsupported command \\{name}')
     elif text.startswith(('<=', '>=', '!='), i):
       toks.append(('op', text[i : i + 2]))
       i += 2
@@ -197,7 +197,7 @@ def tokenize(text: str) -> list[tuple[str, str]]:
       toks.append(('op', c))
       i += 1
     else:
-      raise math_ast.ParseError(f'unexpected character {c!r}')
+      raise nodes.ParseError(f'unexpected character {c!r}')
     if len(toks) > MAX_TOKENS:
-      raise math_ast.GuardError('too many tokens')
+      raise nodes.GuardError('too many tokens')
   return toks

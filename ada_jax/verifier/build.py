@@ -1,21 +1,21 @@
 """Builds sympy objects from a guarded math-answer AST, without evaluating text.
 
-``to_sympy`` maps each scalar node of the ``math_ast`` tuple tree to the
+``to_sympy`` maps each scalar node of the ``nodes`` tuple tree to the
 matching sympy constructor with ``evaluate=False`` (no string ever reaches
 sympy), applying the answer conventions: ``\\log`` without a base is base 10,
 an odd root of a negative number is real (``\\sqrt[3]{-8}`` = -2), and a
 ``\\pm`` picks one branch per call. ``evaluate`` then runs ``doit()``; call it
-only on ASTs that passed ``math_guards.check_guards``.
+only on ASTs that passed ``guards.check_guards``.
 """
 
 from __future__ import annotations
 
 import sympy
 
-from ada_jax import math_ast
+from ada_jax.verifier import nodes
 
 
-def has_pm(node: math_ast.Node) -> bool:
+def has_pm(node: nodes.Node) -> bool:
   """Whether the scalar AST contains a \\pm or \\mp sign."""
   kind = node[0]
   if kind in ('num', 'sym', 'const'):
@@ -46,7 +46,7 @@ _SYMPY_FUNCS = {
 _CONSTS = {'pi': sympy.pi, 'E': sympy.E, 'I': sympy.I, 'oo': sympy.oo}
 
 
-def to_sympy(node: math_ast.Node, pm_sign: int = 1) -> sympy.Expr:
+def to_sympy(node: nodes.Node, pm_sign: int = 1) -> sympy.Expr:
   """Builds the (unevaluated, evaluate=False) sympy tree of a scalar AST.
 
   Only call on guarded ASTs. ``pm_sign`` picks the branch of a \\pm.
@@ -63,7 +63,7 @@ def to_sympy(node: math_ast.Node, pm_sign: int = 1) -> sympy.Expr:
     return sympy.Symbol(node[1])
   if kind == 'const':
     if node[1] not in _CONSTS:
-      raise math_ast.ParseError('not a scalar')
+      raise nodes.ParseError('not a scalar')
     return _CONSTS[node[1]]
   if kind == 'add':
     terms = []
@@ -105,7 +105,7 @@ def to_sympy(node: math_ast.Node, pm_sign: int = 1) -> sympy.Expr:
     return _root(to_sympy(node[1], pm_sign), to_sympy(node[2], pm_sign))
   if kind == 'func':
     return _function(node, pm_sign)
-  raise math_ast.ParseError('not a scalar')
+  raise nodes.ParseError('not a scalar')
 
 
 def _root(arg: sympy.Expr, index: sympy.Expr) -> sympy.Expr:
@@ -120,7 +120,7 @@ def _root(arg: sympy.Expr, index: sympy.Expr) -> sympy.Expr:
   return sympy.Pow(arg, inv, evaluate=False)
 
 
-def _function(node: math_ast.Node, pm_sign: int) -> sympy.Expr:
+def _function(node: nodes.Node, pm_sign: int) -> sympy.Expr:
   name, arg = node[1], to_sympy(node[2], pm_sign)
   if name == 'log':
     # Competition convention: \log without a base is base 10.
@@ -133,6 +133,6 @@ def _function(node: math_ast.Node, pm_sign: int) -> sympy.Expr:
   return _SYMPY_FUNCS[name](arg, evaluate=False)
 
 
-def evaluate(node: math_ast.Node, pm_sign: int = 1) -> sympy.Expr:
+def evaluate(node: nodes.Node, pm_sign: int = 1) -> sympy.Expr:
   """Builds and evaluates a guarded scalar AST."""
   return to_sympy(node, pm_sign).doit()

@@ -1,6 +1,6 @@
 """Size and magnitude guards on a parsed answer, checked in log space.
 
-Runs on the tuple AST from ``math_parse`` (the lexer and parser guard token
+Runs on the tuple AST from ``parser`` (the lexer and parser guard token
 count and nesting depth) before any sympy value is built or evaluated: a node
 count cap, then an upper bound on log10 of every exact numeric intermediate
 (numerators and denominators, powers, factorials, binomials, ``exp``), so
@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 
-from ada_jax import math_ast, math_build
+from ada_jax.verifier import build, nodes
 
 # Guards. A trip raises GuardError and the answer scores False.
 MAX_NODES = 2000
@@ -28,17 +28,17 @@ MAX_FUNC_ARG_LOG10 = 300.0
 MAX_ROOT_INDEX = 100
 
 
-def check_guards(node: math_ast.Node) -> None:
+def check_guards(node: nodes.Node) -> None:
   """Raises GuardError unless every numeric part of ``node`` is small enough."""
   count = [0]
   _log_size(node, count)
 
 
-def _log_size(node: math_ast.Node, count: list[int]) -> float | None:
+def _log_size(node: nodes.Node, count: list[int]) -> float | None:
   """Upper bound on log10 of the exact value's size; None if symbolic."""
   count[0] += 1
   if count[0] > MAX_NODES:
-    raise math_ast.GuardError('too many nodes')
+    raise nodes.GuardError('too many nodes')
   kind = node[0]
   if kind == 'num':
     digits = node[1].replace('.', '').lstrip('0')
@@ -72,12 +72,12 @@ def _log_size(node: math_ast.Node, count: list[int]) -> float | None:
   if kind == 'root':
     arg, index = _log_size(node[1], count), _log_size(node[2], count)
     if index is None:
-      raise math_ast.GuardError('symbolic root index')
+      raise nodes.GuardError('symbolic root index')
     k = _small_value(node[2], index)
     if not (float(k).is_integer() and 2 <= k <= MAX_ROOT_INDEX):
-      raise math_ast.GuardError('bad root index')
+      raise nodes.GuardError('bad root index')
     if arg is not None and arg > MAX_FUNC_ARG_LOG10:
-      raise math_ast.GuardError('root of a huge number')
+      raise nodes.GuardError('root of a huge number')
     return arg
   if kind == 'func':
     arg = _log_size(node[2], count)
@@ -86,7 +86,7 @@ def _log_size(node: math_ast.Node, count: list[int]) -> float | None:
     if arg is None:
       return None
     if arg > MAX_FUNC_ARG_LOG10:
-      raise math_ast.GuardError('function of a huge number')
+      raise nodes.GuardError('function of a huge number')
     if node[1] == 'exp':
       return _bounded(abs(_small_value(node[2], arg)) / math.log(10) + 1)
     return arg + 1
@@ -96,7 +96,7 @@ def _log_size(node: math_ast.Node, count: list[int]) -> float | None:
   return None
 
 
-def _children(node: math_ast.Node) -> list[math_ast.Node]:
+def _children(node: nodes.Node) -> list[nodes.Node]:
   kind = node[0]
   if kind in ('list', 'set', 'tuple', 'union'):
     return list(node[1])
@@ -106,7 +106,7 @@ def _children(node: math_ast.Node) -> list[math_ast.Node]:
     return list(node[1])
   if kind == 'matrix':
     return [cell for row in node[1] for cell in row]
-  raise math_ast.ParseError(f'unknown node {kind}')
+  raise nodes.ParseError(f'unknown node {kind}')
 
 
 def _sum_sizes(sizes: list[float | None]) -> float | None:
@@ -117,30 +117,30 @@ def _sum_sizes(sizes: list[float | None]) -> float | None:
 
 def _bounded(size: float) -> float:
   if not size <= MAX_LOG10:
-    raise math_ast.GuardError('number too large')
+    raise nodes.GuardError('number too large')
   return size
 
 
-def _small_value(node: math_ast.Node, size: float) -> float:
+def _small_value(node: nodes.Node, size: float) -> float:
   """Float value of a numeric node already known to be small (|v| <= 1e7)."""
   if size > 8:
-    raise math_ast.GuardError('exponent or argument too large')
+    raise nodes.GuardError('exponent or argument too large')
   if node[0] == 'num':
     return float(node[1])  # the common case (x^2, 5!), without sympy
-  value = math_build.to_sympy(node)
+  value = build.to_sympy(node)
   if value.free_symbols:
-    raise math_ast.GuardError('unexpected symbol')
+    raise nodes.GuardError('unexpected symbol')
   try:
     result = complex(value.evalf(15))
   except (TypeError, ValueError) as err:
-    raise math_ast.GuardError('non-numeric') from err
+    raise nodes.GuardError('non-numeric') from err
   magnitude = abs(result)
   if not math.isfinite(magnitude) or magnitude > 1e7:
-    raise math_ast.GuardError('exponent or argument too large')
+    raise nodes.GuardError('exponent or argument too large')
   return result.real if result.imag == 0 else magnitude
 
 
-def _pow_size(node: math_ast.Node, count: list[int]) -> float | None:
+def _pow_size(node: nodes.Node, count: list[int]) -> float | None:
   base = _log_size(node[1], count)
   exponent = _log_size(node[2], count)
   if exponent is None:
@@ -148,6 +148,6 @@ def _pow_size(node: math_ast.Node, count: list[int]) -> float | None:
   e = abs(_small_value(node[2], exponent))
   if base is None:
     if e > MAX_SYMBOLIC_EXPONENT:
-      raise math_ast.GuardError('exponent too large for a symbolic base')
+      raise nodes.GuardError('exponent too large for a symbolic base')
     return None
   return _bounded(e * base + 1)

@@ -2,8 +2,8 @@
 
 Everything here works on one prompt's pool (all samples it drew in one step,
 in generation order) or on per-prompt count vectors, and is pure numpy. The
-round loop and the slot layout live in `adaptive.py` and
-`adaptive_schedule.py`.
+round loop and the slot layout live in `rounds.py` and
+`schedule.py`.
 
 The downsampler and the fallback are verl's `downsample_cache` and the code
 after its round loop (reference doc §2.3, §3); the advantages are verl's

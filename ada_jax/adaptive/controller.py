@@ -23,8 +23,8 @@ Rules:
 Row budget: R ≤ `max_rows(...)` (B·n, target_groups·n or S); the trainer pads
 to it with zero-weight rows (`Groups.padded`), so device shapes never change.
 
-Modules: `adaptive_rounds` (round loops), `adaptive_schedule` (slot
-layouts), `adaptive_rules` (exit tests, downsampling, advantages, est prior).
+Modules of this package: `rounds` (round loops), `schedule` (slot layouts),
+`rules` (exit tests, downsampling, advantages, est prior).
 
 Dimension legend:
   S: slots per round.   B: prompts in the step.   R: kept training rows.
@@ -37,8 +37,8 @@ from typing import Any
 
 import numpy as np
 
-from ada_jax import adaptive_rounds as rounds_lib
-from ada_jax import adaptive_rules as rules_lib
+from ada_jax.adaptive import rounds as rounds_lib
+from ada_jax.adaptive import rules as rules_lib
 
 RULES = ('grpo', 'pos', 'balance', 'dapo', 'est')
 SCHEDULES = ('paper', 'refill')
@@ -81,7 +81,7 @@ class Groups:
     slot_reward: float [rounds, S], the rewards drawn (0 on idle slots).
     metrics: per-step metrics; Python ints and floats, except
       `exited_per_round`, a list of ints.
-    history: the updated est history (see `adaptive_rules.empty_history`);
+    history: the updated est history (see `rules.empty_history`);
       for other rules the `history` argument, unchanged.
   """
 

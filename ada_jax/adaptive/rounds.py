@@ -4,7 +4,7 @@
 and keeps every round's slots, rewards and the per-prompt pools (sample ids
 in generation order). One `run_*` function per family of rules drives the
 rounds and returns the kept groups as (prompt, sample ids) pairs; the
-advantages and metrics are computed from them in `adaptive.py`.
+advantages and metrics are computed from them in `controller.py`.
 
 Dimension legend:
   S: slots per round.   B: prompts in the step.
@@ -16,8 +16,8 @@ from typing import Any
 
 import numpy as np
 
-from ada_jax import adaptive_rules as rules_lib
-from ada_jax import adaptive_schedule as sched
+from ada_jax.adaptive import rules as rules_lib
+from ada_jax.adaptive import schedule as sched
 
 DrawFn = Callable[[np.ndarray], Any]
 Group = tuple[int, np.ndarray]

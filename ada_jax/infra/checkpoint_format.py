@@ -65,21 +65,6 @@ def nest(paths: Sequence[tuple[str, ...]], leaves: Sequence[Any]) -> dict:
 # Checksums.
 
 
-def leaf_checksum(x: jax.Array) -> jax.Array:
-  """Position-weighted uint32 sum of the bits of `x` (order-independent)."""
-  if x.dtype == jnp.bool_:
-    words = x.astype(jnp.uint32)
-  else:
-    unsigned = {1: jnp.uint8, 2: jnp.uint16}.get(x.dtype.itemsize, jnp.uint32)
-    words = jax.lax.bitcast_convert_type(x, unsigned).astype(jnp.uint32)
-  words = words.reshape(-1)
-  weights = jax.lax.iota(jnp.uint32, words.size) * jnp.uint32(2) + jnp.uint32(1)
-  return jnp.sum(words * weights, dtype=jnp.uint32)
-
-
-checksums_jit = jax.jit(lambda leaves: [leaf_checksum(x) for x in leaves])
-
-
 def leaf_signature(leaves: Sequence[Any]) -> tuple:
   """(shape, dtype, sharding) of each leaf: the key of a compiled checksum."""
   return tuple((x.shape, np.dtype(x.dtype).name, x.sharding) for x in leaves)

@@ -1,6 +1,6 @@
 """The run: SFT warm start, evaluation, RL steps, final evaluation and plots.
 
-`fit(trainer)` drives a `train.Trainer` from wherever its checkpoint left
+`fit(trainer)` drives a `trainer_lib.Trainer` from wherever its checkpoint left
 off to the end of the run, writing DIR/summary.json, the metrics rows, PNG
 plots and a summary table on stdout (process 0). A preemption (SIGTERM) ends
 it at the next step boundary with a checkpoint, recorded in summary.json as
@@ -21,12 +21,14 @@ import jax
 from etils import epath
 from tqdm import tqdm
 
-from ada_jax import checkpoint as checkpoint_lib
-from ada_jax import metrics as metrics_lib
-from ada_jax import multihost, pass_rates, run_dir, train
+from ada_jax.infra import checkpoint as checkpoint_lib
+from ada_jax.infra import metrics as metrics_lib
+from ada_jax.infra import multihost, run_dir
+from ada_jax.rl import scoring
+from ada_jax.rl import trainer as trainer_lib
 
 
-def fit(trainer: train.Trainer) -> dict[str, Any]:
+def fit(trainer: trainer_lib.Trainer) -> dict[str, Any]:
   """SFT (if configured), evaluation, RL steps, final evaluation and plots.
 
   Returns the summary (also written to DIR/summary.json): greedy accuracy
@@ -62,7 +64,7 @@ def fit(trainer: train.Trainer) -> dict[str, Any]:
       if is_main:
         summary_path.write_text(json.dumps(summary, indent=2))
         print(
-          pass_rates.format_histogram(
+          scoring.format_histogram(
             'pass rates before RL (train prompts):',
             summary['before_rl']['pass_rate_histogram'],
           )
@@ -107,7 +109,7 @@ def fit(trainer: train.Trainer) -> dict[str, Any]:
       )
       print(metrics_lib.summary_table(rows))
       print(
-        pass_rates.format_histogram(
+        scoring.format_histogram(
           'pass rates after RL (train prompts):',
           summary['after_rl']['pass_rate_histogram'],
         )

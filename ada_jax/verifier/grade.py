@@ -1,15 +1,15 @@
 """Math answer verifier: the binary reward r(response, reference) in {0, 1}.
 
 ``verify(response, reference)`` extracts the last boxed answer and decides
-whether it is mathematically equivalent to the reference; ``verify_batch``
-scores many pairs in a process pool with a hard per-item deadline. Pure Python
-+ sympy; model text is parsed by ``ada_jax.math_parse`` (never sympify/eval).
+whether it is mathematically equivalent to the reference (``pool.verify_batch``
+scores many pairs in a process pool with a hard per-item deadline). Pure
+Python + sympy; model text is parsed by ``parser`` (never sympify/eval).
 
-The parts: ``answer_normalize`` (extraction, normalisation), ``math_lexer`` ->
-``math_parse`` -> ``math_guards`` -> ``math_build`` (text to guarded AST to
-sympy), ``verifier_values`` (AST to comparable values), ``verifier_compare``
-and ``verifier_scalars`` (the comparison cascade), ``verifier_deadline`` and
-``verifier_pool`` (deadlines). This module is the public API and the policy.
+The parts (all in ``ada_jax.verifier``): ``normalize`` (extraction,
+normalisation), ``lexer`` -> ``parser`` -> ``guards`` -> ``build`` (text to
+guarded AST ``nodes`` to sympy), ``values`` (AST to comparable values),
+``compare`` and ``scalars`` (the comparison cascade), ``deadline`` and
+``pool`` (deadlines). This module is the grading policy.
 
 Policy (every decision, written once; zero false positives comes first):
 
@@ -119,17 +119,14 @@ import logging
 import re
 import threading
 from collections import Counter
-from collections.abc import Sequence
 from typing import Any
 
-import numpy as np
-
-from ada_jax import answer_normalize as an
-from ada_jax import math_ast, math_parse
-from ada_jax import verifier_compare as vc
-from ada_jax import verifier_deadline as vd
-from ada_jax import verifier_scalars as vs
-from ada_jax import verifier_values as vv
+from ada_jax.verifier import compare as vc
+from ada_jax.verifier import deadline as vd
+from ada_jax.verifier import nodes, parser
+from ada_jax.verifier import normalize as an
+from ada_jax.verifier import scalars as vs
+from ada_jax.verifier import values as vv
 
 _log = logging.getLogger(__name__)
 
@@ -166,6 +163,12 @@ def _count(name: str, n: int = 1) -> None:
     _COUNTERS[name] += n
 
 
+def add_counts(counts: dict[str, int]) -> None:
+  """Adds counter increments made elsewhere (the pool's worker processes)."""
+  with _lock:
+    _COUNTERS.update(counts)
+
+
 _MC_REF = re.compile(r'^\(?([A-E])\)?$|^\(([A-E])\)\s.*$')
 # The prediction's option letter: (C) anything, a lone C / C. / C), or C. 12;
 # never a lowercase letter that starts an expression (a = 3, e^2).
@@ -177,7 +180,7 @@ def _text_key(text: str) -> str:
 
 
 def _parse(text: str) -> Any:
-  return vv.to_value(math_parse.parse(text))
+  return vv.to_value(parser.parse(text))
 
 
 @functools.lru_cache(maxsize=4096)
@@ -192,9 +195,9 @@ def _reference(reference: str) -> tuple[an.Normalized, str, Any]:
     return ref, 'fail', None
   try:
     return ref, 'value', _parse(ref.text)
-  except math_ast.TextAnswerError:
+  except nodes.TextAnswerError:
     return ref, 'text', None
-  except (math_ast.ParseError, math_ast.GuardError):
+  except (nodes.ParseError, nodes.GuardError):
     return ref, 'fail', None
 
 
@@ -229,9 +232,9 @@ def _compare(pred: str, reference: str) -> bool:
     return False
   try:
     pred_value = _parse(pn.text)
-  except (math_ast.ParseError, math_ast.GuardError) as err:
-    _count('guard_trips' if isinstance(err, math_ast.GuardError) else 'parse_failures')
-    if isinstance(err, math_ast.GuardError):
+  except (nodes.ParseError, nodes.GuardError) as err:
+    _count('guard_trips' if isinstance(err, nodes.GuardError) else 'parse_failures')
+    if isinstance(err, nodes.GuardError):
       _log.debug(
         'verifier guard trip %s: %s', hashlib.sha1(pred.encode()).hexdigest()[:12], err
       )
@@ -318,41 +321,3 @@ def verify(response: str, reference: str, *, allow_answer_is: bool = False) -> b
   if pred is None or len(pred) > an.MAX_BOX_CHARS:
     return False
   return _guarded(_compare, pred, reference)
-
-
-def verify_batch(
-  responses: Sequence[str],
-  references: Sequence[str],
-  *,
-  timeout_s: float = 2.0,
-  workers: int | None = None,
-) -> np.ndarray:
-  """Scores many (response, reference) pairs in worker processes.
-
-  Each item gets ``timeout_s`` of worker time; a worker still busy after that
-  is killed and replaced (no reliance on signals, so this works from any
-  thread) and the item scores False. The pool persists between calls. The
-  workers' counter increments are added to this process's ``counters()``.
-
-  Args:
-    responses: model responses.
-    references: reference answers, one per response.
-    timeout_s: hard per-item deadline in seconds.
-    workers: number of worker processes (default: CPU count, at most 16).
-
-  Returns:
-    A bool array of shape ``[len(responses)]``.
-
-  Raises:
-    ValueError: if the two sequences differ in length.
-  """
-  from ada_jax import verifier_pool
-
-  if len(responses) != len(references):
-    raise ValueError('responses and references differ in length')
-  results, stats = verifier_pool.run(
-    list(responses), list(references), timeout_s=timeout_s, workers=workers
-  )
-  with _lock:
-    _COUNTERS.update(stats)
-  return np.asarray(results, dtype=bool)

@@ -35,14 +35,14 @@ import jax
 import numpy as np
 from jax.sharding import Mesh, NamedSharding
 
-from ada_jax import sharding as sharding_lib
+from ada_jax.infra import mesh as mesh_lib
 
 
 def rows_sharding(mesh: Mesh, rows: int, ndim: int = 2) -> NamedSharding:
   """Rows split over ('data', 'fsdp') when they divide, else replicated."""
-  if rows % sharding_lib.data_parallel_size(mesh):
-    return sharding_lib.replicated(mesh)
-  return sharding_lib.batch_sharding(mesh, ndim)
+  if rows % mesh_lib.data_parallel_size(mesh):
+    return mesh_lib.replicated(mesh)
+  return mesh_lib.batch_sharding(mesh, ndim)
 
 
 def host_rows(sharding: NamedSharding, rows: int) -> tuple[int, int]:

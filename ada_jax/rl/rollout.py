@@ -36,10 +36,11 @@ import numpy as np
 from flax import nnx
 from jax.sharding import NamedSharding, PartitionSpec
 
-from ada_jax import adaptive, multihost, sampler, verifier
+from ada_jax import adaptive, sampler, verifier
 from ada_jax import model as model_lib
 from ada_jax import sharding as sharding_lib
 from ada_jax import tokenizer as tokenizer_lib
+from ada_jax.infra import multihost
 
 Array = jax.Array
 

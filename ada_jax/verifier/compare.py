@@ -2,7 +2,7 @@
 
 ``equiv(pred, ref, flags)`` is reference-directed: the reference's shape picks
 the rule. Relations (assignments, numeric chains, ``\\in``, inequalities as
-intervals, equations), scalars (``verifier_scalars``), matrices element-wise,
+intervals, equations), scalars (``scalars``), matrices element-wise,
 intervals with closure and unions part by part, sets as unordered multisets,
 tuples and bare lists in order.
 """
@@ -14,9 +14,9 @@ from typing import Any
 import numpy as np
 import sympy
 
-from ada_jax import verifier_deadline as vd
-from ada_jax import verifier_scalars as vs
-from ada_jax import verifier_values as vv
+from ada_jax.verifier import deadline as vd
+from ada_jax.verifier import scalars as vs
+from ada_jax.verifier import values as vv
 
 
 def equiv(p: Any, r: Any, flags: vs.Flags) -> bool:

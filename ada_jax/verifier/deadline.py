@@ -5,7 +5,7 @@
 raises VerifyTimeoutError once the deadline has passed. Sympy can still spend
 long inside one step, so ``Alarm`` adds an interval timer as a second line,
 but only on the main thread and only when nobody else uses SIGALRM. The hard
-deadline that needs neither is the process pool (``verifier_pool``).
+deadline that needs neither is the process pool (``pool``).
 """
 
 from __future__ import annotations

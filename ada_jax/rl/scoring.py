@@ -21,8 +21,9 @@ import numpy as np
 from tqdm import tqdm
 
 from ada_jax import model as model_lib
-from ada_jax import multihost, sampler, verifier
+from ada_jax import sampler, verifier
 from ada_jax import tokenizer as tokenizer_lib
+from ada_jax.infra import multihost
 
 
 def sample_and_score(
