@@ -11,11 +11,11 @@ old-logp pass and of the update) grouped by phase, and ends with one line:
 
 Needs no TPU and no weights: model dims come from `model.hf_path`'s
 config.json when set, else from the built-in table of the four paper models
-(memory_plan.PAPER_MODELS, by config file name), else (tiny template) from
+(planner.models.PAPER_MODELS, by config file name), else (tiny template) from
 `model.tiny`. Devices and chip come from the `tpu=` preset of the config arg
 (v4-32: 16 chips of 32 GiB, v5p-64: 32 of 95 GiB, v6e-64: 64 of 32 GiB);
 `--devices` and `--hbm-gib` override them. The computation lives in
-`ada_jax/memory_plan.py`.
+`ada_jax/planner/`.
 
 Dimension legend: B prompts, P prompt bucket, N new tokens, S slots,
 M rounds, R training rows, V vocab.
@@ -67,22 +67,24 @@ def model_config(c, config_name: str):
   """The policy's ModelConfig: hf_path's config.json, the paper table, or tiny."""
   import jax.numpy as jnp
 
-  from ada_jax import from_config, memory_plan
+  from ada_jax import from_config
+  from ada_jax.planner import models
 
   if c.model.hf_path or c.data.template == 'tiny':  # As the trainer does.
     return from_config.model_config(c)
-  if config_name in memory_plan.PAPER_MODELS:
+  if config_name in models.PAPER_MODELS:
     dtype, param_dtype = jnp.dtype(c.model.dtype), jnp.dtype(c.model.param_dtype)
-    return memory_plan.model_config_from_table(config_name, dtype, param_dtype)
+    return models.model_config(config_name, dtype, param_dtype)
   raise ValueError(
     f'config {config_name}: no model dims: set --config.model.hf_path (config.json '
-    f'is read, no weights) or use one of {sorted(memory_plan.PAPER_MODELS)}'
+    f'is read, no weights) or use one of {sorted(models.PAPER_MODELS)}'
   )
 
 
 def step_shapes(c):
   """StepShapes of a config (R from adaptive.max_rows)."""
-  from ada_jax import adaptive, memory_plan
+  from ada_jax import adaptive
+  from ada_jax.planner import memory as memory_plan
 
   rl = c.rl
   rows = adaptive.max_rows(
@@ -120,7 +122,8 @@ def report(c, spec: str, devices: int | None, hbm_gib: float | None) -> str:
   """The plan table and the final fits / does NOT fit line, as text."""
   import jax.numpy as jnp
 
-  from ada_jax import memory_plan
+  from ada_jax.planner import chips
+  from ada_jax.planner import memory as memory_plan
 
   name, args = _config_arg(spec)
   chip = None
@@ -130,9 +133,9 @@ def report(c, spec: str, devices: int | None, hbm_gib: float | None) -> str:
   if devices is None:
     raise ValueError('no tpu= preset in the config arg: pass --devices')
   if hbm_gib is None:
-    if chip not in memory_plan.CHIP_HBM_GIB:
+    if chip not in chips.CHIP_HBM_GIB:
       raise ValueError(f'no HBM size known for chip {chip!r}: pass --hbm-gib')
-    hbm_gib = memory_plan.CHIP_HBM_GIB[chip]
+    hbm_gib = chips.CHIP_HBM_GIB[chip]
   cfg = model_config(c, name)
   shapes = step_shapes(c)
   mesh = memory_plan.resolve_mesh(dict(c.mesh), devices)

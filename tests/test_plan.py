@@ -17,9 +17,11 @@ import pytest
 from flax import nnx
 from jax.sharding import NamedSharding, PartitionSpec
 
-from ada_jax import memory_plan, plan, sampler, sharding
 from ada_jax import model as model_lib
+from ada_jax import plan, sampler, sharding
 from ada_jax.infra.checkpoint import abstract_opt_state
+from ada_jax.planner import memory as memory_plan
+from ada_jax.planner import models
 from ada_jax.rl import update
 
 _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -184,7 +186,7 @@ def test_paper_model_table_has_the_released_sizes():
     'llama32_3b_instruct': 3_212_749_824,
   }
   for name, count in expected.items():
-    cfg = memory_plan.model_config_from_table(name, jnp.bfloat16, jnp.float32)
+    cfg = models.model_config(name, jnp.bfloat16, jnp.float32)
     assert memory_plan.count_params(cfg) == count, name
 
 

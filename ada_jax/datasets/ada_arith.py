@@ -24,7 +24,7 @@ import numpy as np
 import tensorflow_datasets as tfds
 from etils import epath
 
-from ada_jax import datasets as datasets_lib
+from ada_jax.datasets import schema
 
 
 @dataclasses.dataclass(frozen=True)
@@ -137,7 +137,7 @@ def generate(
           {
             'problem': problem,
             'reference': str(evaluate(problem)),
-            'prompt_key': datasets_lib.prompt_key(problem),
+            'prompt_key': schema.prompt_key(problem),
             'level': index,
           }
         )
@@ -188,7 +188,7 @@ class AdaArith(tfds.core.GeneratorBasedBuilder):
     return tfds.core.DatasetInfo(
       builder=self,
       description=__doc__,
-      features=datasets_lib.features(),
+      features=schema.features(),
     )
 
   def _split_generators(self, dl_manager):

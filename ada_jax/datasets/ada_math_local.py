@@ -49,7 +49,7 @@ from typing import Any, ClassVar
 import tensorflow_datasets as tfds
 from etils import epath
 
-from ada_jax import datasets as datasets_lib
+from ada_jax.datasets import schema
 
 _EXTENSIONS = ('.jsonl', '.json', '.parquet')
 # Bad-row locations listed in the warning; the count is always exact.
@@ -205,7 +205,7 @@ def parse_row(
   return {
     'problem': problem,
     'reference': reference,
-    'prompt_key': datasets_lib.prompt_key(problem),
+    'prompt_key': schema.prompt_key(problem),
     'level': int(level.group()) if level else -1,
   }, ''
 
@@ -430,7 +430,7 @@ class AdaMathLocal(tfds.core.GeneratorBasedBuilder):
     return tfds.core.DatasetInfo(
       builder=self,
       description=__doc__,
-      features=datasets_lib.features(),
+      features=schema.features(),
     )
 
   def _split_generators(self, dl_manager):

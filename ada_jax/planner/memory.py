@@ -4,7 +4,8 @@ No accelerator and no weights are needed: parameter shapes come from
 `nnx.eval_shape` on the model constructor, their per-device shards from
 `sharding.logical_to_spec` on an `AbstractMesh` of the pod's device count,
 and every other buffer from the step's fixed shapes (B, P, N, S, M, R, micro
-rows). `ada_jax/plan.py` is the command line; `tests/test_plan.py` checks the
+rows). `ada_jax/plan.py` is the command line; the chips and the paper
+models are `planner.chips` and `planner.models`; `tests/test_plan.py` checks the
 update and round programs against XLA's compiled memory analysis.
 
 What is alive when (ada_jax/rl/trainer.py): the training params and the AdamW
@@ -68,77 +69,6 @@ from ada_jax import sharding as sharding_lib
 
 GIB = 1024**3
 
-# Chip HBM in GiB (per JAX device; v4 and v5p megacores are one device).
-CHIP_HBM_GIB = {'v4': 32.0, 'v5p': 95.0, 'v6e': 32.0}
-
-# The four paper policies (their HF config.json values), so no download is
-# needed. Keyed by the config module that trains them.
-PAPER_MODELS: dict[str, dict[str, Any]] = {
-  'qwen25_math_1p5b': dict(  # Qwen/Qwen2.5-Math-1.5B
-    model_type='qwen2',
-    vocab_size=151936,
-    hidden_size=1536,
-    intermediate_size=8960,
-    num_layers=28,
-    num_heads=12,
-    num_kv_heads=2,
-    head_dim=128,
-    rope_theta=10000.0,
-    tie_embeddings=True,
-    qkv_bias=True,
-    max_position_embeddings=4096,
-  ),
-  'qwen25_math_7b': dict(  # Qwen/Qwen2.5-Math-7B
-    model_type='qwen2',
-    vocab_size=152064,
-    hidden_size=3584,
-    intermediate_size=18944,
-    num_layers=28,
-    num_heads=28,
-    num_kv_heads=4,
-    head_dim=128,
-    rope_theta=10000.0,
-    tie_embeddings=False,
-    qkv_bias=True,
-    max_position_embeddings=4096,
-  ),
-  'qwen3_4b_instruct': dict(  # Qwen/Qwen3-4B-Instruct-2507
-    model_type='qwen3',
-    vocab_size=151936,
-    hidden_size=2560,
-    intermediate_size=9728,
-    num_layers=36,
-    num_heads=32,
-    num_kv_heads=8,
-    head_dim=128,
-    rope_theta=5000000.0,
-    tie_embeddings=True,
-    qk_norm=True,
-    max_position_embeddings=262144,
-  ),
-  'llama32_3b_instruct': dict(  # meta-llama/Llama-3.2-3B-Instruct
-    model_type='llama',
-    vocab_size=128256,
-    hidden_size=3072,
-    intermediate_size=8192,
-    num_layers=28,
-    num_heads=24,
-    num_kv_heads=8,
-    head_dim=128,
-    rope_theta=500000.0,
-    rope_scaling=(
-      ('factor', 32.0),
-      ('high_freq_factor', 4.0),
-      ('low_freq_factor', 1.0),
-      ('original_max_position_embeddings', 8192),
-      ('rope_type', 'llama3'),
-    ),
-    rms_norm_eps=1e-5,
-    tie_embeddings=True,
-    max_position_embeddings=131072,
-  ),
-}
-
 
 @dataclasses.dataclass(frozen=True)
 class StepShapes:
@@ -193,13 +123,6 @@ class Plan:
   def get(self, name: str) -> int:
     """Bytes of the item called `name`."""
     return next(i.bytes for i in self.items if i.name == name)
-
-
-def model_config_from_table(name: str, dtype: Any, param_dtype: Any):
-  """The ModelConfig of a paper model (key of PAPER_MODELS)."""
-  return model_lib.ModelConfig(
-    **PAPER_MODELS[name], dtype=jnp.dtype(dtype), param_dtype=jnp.dtype(param_dtype)
-  )
 
 
 def abstract_mesh(shape: tuple[int, int, int]) -> AbstractMesh:

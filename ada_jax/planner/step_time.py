@@ -1,0 +1,205 @@
+"""A roofline lower bound on the time of one RL step, from shapes alone.
+
+For each phase of a step (prefill, the sampling rounds, the old-logp pass,
+the update) it counts the FLOPs and the HBM bytes one device must move, at
+the step's fixed shapes, and divides by the chip's peaks (`chips`): the
+phase takes at least max(FLOPs / peak FLOP/s, bytes / HBM bandwidth).
+Information, not a promise: real steps also pay collectives, the host
+(verifier, controller), kernel efficiency well below peak, and the decode
+loop's latency per token.
+
+What is counted (the work our programs do at fixed shapes, not the least a
+perfect implementation could do):
+  * every matmul of the decoder (q, k, v, o, gate, up, down) at 2 FLOPs per
+    multiply-add, split evenly over all devices (data, fsdp and tensor
+    parallelism share the work);
+  * attention at 4·H·K FLOPs per (query, key) pair, over every key of the
+    buffer a query attends over: P+N keys per decode step (the cache is read
+    whole from step 1), T² pairs per training sequence (dense or chunked,
+    causal masking computes the masked half too);
+  * the vocabulary projection where the program makes logits: the last
+    prompt token (prefill), every decode step, every response token
+    (old-logp and update);
+  * the update as forward + backward = 3 forwards, plus one forward more
+    with `remat='block'` (the backward recomputes each block);
+  * HBM bytes: the weights each pass reads (the sampling copy, in its dtype,
+    once per decode step; the training params, gathered, once per
+    micro-batch forward and backward), the KV cache a decode step reads,
+    and the optimizer's read and write of params, gradients and AdamW
+    moments per update. Activations are left out: fused on TPU they mostly
+    stay on chip; the bound only gets lower.
+The sampling rounds run at the fixed S slots every round (idle slots too),
+for N steps unless every slot has stopped; the bound assumes `rounds` full
+rounds (default: the config's max rounds).
+
+Dimension legend: B prompts, P prompt bucket, N new tokens, T = P + N,
+S slots, R training rows, L layers, D hidden, H heads, G KV heads, K head
+dim, F MLP width, V vocab.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+from ada_jax import model as model_lib
+from ada_jax.planner import chips as chips_lib
+
+# Measured on 8xH100 by the paper (reference doc section 8), seconds per
+# step for Qwen2.5-Math-7B at the same step shapes: printed beside our bound.
+PAPER_STEP_S = {'grpo': 236.0, 'pos': 333.0, 'balance': 375.0}
+
+
+@dataclasses.dataclass(frozen=True)
+class Phase:
+  """One phase's per-device work and its roofline time."""
+
+  name: str
+  flops: float
+  hbm_bytes: float
+  seconds: float
+  bound: str  # 'compute' or 'memory'
+  note: str = ''
+
+
+def matmul_params(c: model_lib.ModelConfig) -> int:
+  """Multiply-adds per token in the decoder's matmuls (no vocab projection)."""
+  d, h, g, k, f = (
+    c.hidden_size,
+    c.num_heads,
+    c.num_kv_heads,
+    c.head_dim,
+    c.intermediate_size,
+  )
+  return c.num_layers * (d * (h + 2 * g) * k + h * k * d + 3 * d * f)
+
+
+def param_count(c: model_lib.ModelConfig) -> int:
+  """All parameters (embeddings and the untied head included; norms left out)."""
+  head = 0 if c.tie_embeddings else c.hidden_size * c.vocab_size
+  return matmul_params(c) + c.vocab_size * c.hidden_size + head
+
+
+def _phase(name: str, flops: float, nbytes: float, chip: chips_lib.Chip, note=''):
+  t_flops = flops / chip.bf16_flops
+  t_bytes = nbytes / chip.hbm_bytes_per_s
+  return Phase(
+    name,
+    flops,
+    nbytes,
+    max(t_flops, t_bytes),
+    'compute' if t_flops >= t_bytes else 'memory',
+    note,
+  )
+
+
+def estimate(
+  c: model_lib.ModelConfig,
+  *,
+  prompts: int,
+  prompt_len: int,
+  new_tokens: int,
+  slots: int,
+  rounds: int,
+  rows: int,
+  micro_batch_rows: int,
+  mini_batch_rows: int,
+  epochs: int,
+  mesh: tuple[int, int, int],
+  chip: chips_lib.Chip,
+  remat: str = 'none',
+  sample_bytes: int = 2,
+  kv_bytes: int = 2,
+) -> list[Phase]:
+  """Per-phase roofline times of one step on `mesh` (data, fsdp, tensor).
+
+  Args:
+    c: the policy.
+    prompts: B, prompts per step.
+    prompt_len: P, the prompt bucket.
+    new_tokens: N, the response budget.
+    slots: S, sampling slots per round.
+    rounds: full sampling rounds assumed (at most the config's max rounds).
+    rows: R, training rows.
+    micro_batch_rows: rows of one micro-batch (all devices together).
+    mini_batch_rows: rows of one optimizer update.
+    epochs: passes over the rows.
+    mesh: (data, fsdp, tensor) sizes.
+    chip: the accelerator.
+    remat: 'none' or 'block' (one more forward in the backward).
+    sample_bytes: bytes per weight of the sampling copy (2: bf16).
+    kv_bytes: bytes per KV-cache element.
+  """
+  devices = math.prod(mesh)
+  tensor = mesh[2]
+  p, n = prompt_len, new_tokens
+  t = p + n
+  mm = matmul_params(c)
+  attn_pair = 4 * c.num_heads * c.head_dim * c.num_layers
+  vocab = 2 * c.hidden_size * c.vocab_size
+  n_params = param_count(c)
+  # Sampling copy: split over tensor only, read whole by each device.
+  sample_weights = n_params * sample_bytes / tensor
+  kv_token = 2 * c.num_layers * c.num_kv_heads * c.head_dim * kv_bytes
+  g_split = tensor if c.num_kv_heads % tensor == 0 else 1
+  phases = []
+  # Prefill: B prompts of P tokens, logits of the last token only.
+  flops = prompts * (2 * mm * p + attn_pair * p * p + vocab)
+  phases.append(
+    _phase(
+      'prefill',
+      flops / devices,
+      sample_weights + prompts * p * kv_token / devices,
+      chip,
+      f'B={prompts} prompts x P={p}',
+    )
+  )
+  # Decode: `rounds` x N steps of S slots; each step reads the weights once
+  # and each slot's whole [P + N] cache.
+  step_flops = slots * (2 * mm + attn_pair * t + vocab)
+  step_bytes = sample_weights + slots * t * kv_token / (devices / tensor) / g_split
+  steps = rounds * n
+  phases.append(
+    _phase(
+      'sampling rounds',
+      steps * step_flops / devices,
+      steps * step_bytes,
+      chip,
+      f'{rounds} rounds x N={n} steps of S={slots} slots',
+    )
+  )
+  # Training forwards over R rows of T tokens, logits of the N response tokens.
+  forward = rows * (2 * mm * t + attn_pair * t * t + vocab * n)
+  shards = mesh[1] * tensor  # The training params are split over fsdp x tensor.
+  micro_passes = math.ceil(rows / micro_batch_rows)
+  # Each micro-batch pass reads the gathered weights (split over tensor) once,
+  # cast to the compute dtype.
+  train_weights = n_params * 2 / tensor
+  phases.append(
+    _phase(
+      'old-logp pass',
+      forward / devices,
+      micro_passes * train_weights,
+      chip,
+      f'R={rows} rows x T={t}',
+    )
+  )
+  passes = 4 if remat == 'block' else 3
+  updates = epochs * math.ceil(rows / mini_batch_rows)
+  # AdamW: read params, grads, mu, nu; write params, mu, nu (fp32).
+  optimizer = updates * n_params * 4 * 7 / shards
+  phases.append(
+    _phase(
+      'update',
+      passes * epochs * forward / devices,
+      passes * epochs * micro_passes * train_weights + optimizer,
+      chip,
+      f'{passes} forward-equivalents (remat={remat}), {updates} optimizer updates',
+    )
+  )
+  return phases
+
+
+def total_seconds(phases: list[Phase]) -> float:
+  """The step's lower bound: phases run one after another."""
+  return sum(p.seconds for p in phases)
