@@ -2,6 +2,7 @@
 
 import logging
 import os
+import pathlib
 import shutil
 import signal
 import time
@@ -19,6 +20,10 @@ from ada_jax import sharding
 from ada_jax.infra import checkpoint, compiles
 
 _CONFIG = model_lib.ModelConfig('qwen2', 64, 32, 64, 1, 4, 2, 8, qkv_bias=True)
+# Step 3 of `_format1_state` with `_extras(3)`, written by the format-1
+# Checkpointer of commit 4c40467 (runs in flight resume from such steps). Never
+# regenerate it with newer code: it would then test nothing.
+_FORMAT1 = pathlib.Path(__file__).parent / 'data' / 'checkpoint_format1'
 
 
 @pytest.fixture(scope='module')
@@ -55,6 +60,45 @@ def small_state():
   return mesh, params, optax.adamw(1e-2).init(params)
 
 
+class _Tiny(nnx.Module):
+  """A list of layers (int path keys), a bias-free layer and a bf16 param."""
+
+  def __init__(self):
+    self.blocks = nnx.List(
+      [
+        nnx.Linear(4, 8, rngs=nnx.Rngs(0)),
+        nnx.Linear(8, 4, use_bias=False, rngs=nnx.Rngs(1)),
+      ]
+    )
+    self.scale = nnx.Param(jnp.ones(8, jnp.bfloat16))
+
+
+def _format1_state(mesh, spec):
+  """(params, adamw state) of the format-1 fixture, laid out by `spec(shape)`.
+
+  Leaf i holds (arange + 10 i) % 97, values of the shapes alone (no PRNG, no
+  optimizer arithmetic), so a restore can be compared exactly and two swapped
+  leaves of one shape show.
+  """
+
+  def fill(tree, first):
+    leaves, treedef = jax.tree.flatten(tree)
+    return treedef.unflatten(
+      [
+        jax.device_put(
+          ((jnp.arange(x.size) + 10 * (first + i)) % 97)
+          .astype(x.dtype)
+          .reshape(x.shape),
+          NamedSharding(mesh, spec(x.shape)),
+        )
+        for i, x in enumerate(leaves)
+      ]
+    )
+
+  params = fill(nnx.state(_Tiny()), 0)
+  return params, fill(optax.adamw(1e-2).init(params), 100)
+
+
 def _abstract(tree, shardings=None):
   if shardings is None:
     shardings = jax.tree.map(lambda x: x.sharding, tree)
@@ -75,6 +119,25 @@ def _extras(step):
     'step': np.int32(step),
     'config': {'lr': 1e-6, 'rule': 'balance', 'flags': [True, False]},
   }
+
+
+def _assert_extras(extras, step):
+  """`extras` is `_extras(step)` back: tuples as lists, arrays bit-exact."""
+  want = _extras(step)
+  assert extras['data'] == want['data']
+  assert extras['config'] == want['config']
+  assert extras['step'] == step
+  hist = extras['controller']['est_history']
+  assert isinstance(hist, np.ndarray) and hist.dtype == np.float32
+  np.testing.assert_array_equal(hist, want['controller']['est_history'])
+  counts = extras['controller']['nested']['counts']
+  np.testing.assert_array_equal(counts[0], [1, 2])
+  assert counts[1:] == [2.5, None, 'x']
+  assert extras['rng'].dtype == np.uint32
+  np.testing.assert_array_equal(extras['rng'], want['rng'])
+  np.testing.assert_array_equal(
+    jax.random.key_data(extras['typed_key']), jax.random.key_data(want['typed_key'])
+  )
 
 
 def _assert_trees_equal(a, b):
@@ -130,22 +193,38 @@ def test_round_trip_into_target_shardings(train_state, tmp_path):
     np.asarray(model.layers[0].mlp.up[...]),
     np.asarray(params['layers'][0]['mlp']['up'].get_value()),
   )
+  _assert_extras(extras, 5)
 
-  want = _extras(5)
-  assert extras['data'] == want['data']
-  assert extras['config'] == want['config']
-  assert extras['step'] == 5
-  hist = extras['controller']['est_history']
-  assert isinstance(hist, np.ndarray) and hist.dtype == np.float32
-  np.testing.assert_array_equal(hist, want['controller']['est_history'])
-  counts = extras['controller']['nested']['counts']
-  np.testing.assert_array_equal(counts[0], [1, 2])
-  assert counts[1:] == [2.5, None, 'x']
-  assert extras['rng'].dtype == np.uint32
-  np.testing.assert_array_equal(extras['rng'], want['rng'])
-  np.testing.assert_array_equal(
-    jax.random.key_data(extras['typed_key']), jax.random.key_data(want['typed_key'])
-  )
+
+def test_restores_a_format_1_checkpoint(tmp_path):
+  mesh = sharding.make_mesh((2, 2, 2))
+
+  # Written with the first dimension over 'fsdp'; read with the last over
+  # 'tensor', so the restore lands in a layout the files never had.
+  def last_over_tensor(shape):
+    return (
+      PartitionSpec(*[None] * (len(shape) - 1), 'tensor') if shape else PartitionSpec()
+    )
+
+  params, opt_state = _format1_state(mesh, last_over_tensor)
+  shutil.copytree(_FORMAT1, tmp_path, dirs_exist_ok=True)
+  with checkpoint.Checkpointer(tmp_path) as ckpt:
+    step, got_params, got_opt, extras = ckpt.restore_latest(
+      _abstract(params), _abstract(opt_state)
+    )
+    assert ckpt.unusable == []  # Every leaf matched its format-1 checksum.
+  assert step == 3
+  assert isinstance(got_params, nnx.State)
+  assert isinstance(got_opt[0], optax.ScaleByAdamState)
+  _assert_trees_equal(got_params, params)
+  _assert_trees_equal(got_opt, opt_state)
+  for got, want in zip(
+    jax.tree.leaves((got_params, got_opt)),
+    jax.tree.leaves((params, opt_state)),
+    strict=True,
+  ):
+    assert got.sharding == want.sharding
+  _assert_extras(extras, 3)
 
 
 def test_keeps_last_k_and_params_only_restore(train_state, tmp_path):

@@ -38,7 +38,6 @@ to save at the same step and none saves alone.
 
 from __future__ import annotations
 
-import functools
 import logging
 import os
 import signal
@@ -356,18 +355,18 @@ class Checkpointer:
       'extras_arrays': {k: fmt.host_checksum(v) for k, v in arrays.items()},
     }
     items: dict[str, Any] = {}
-    flats = {'params': fmt.flat(params), 'opt_state': fmt.flat(opt_state)}
+    flats = {'params': fmt.flat(params)[0], 'opt_state': fmt.flat(opt_state)[0]}
     # One call over both trees: the function restore_latest compiled.
-    sums = self._checksums([x for _, leaves, _ in flats.values() for x in leaves])
-    for name, (paths, leaves, _) in flats.items():
+    sums = self._checksums([x for named in flats.values() for x in named.values()])
+    for name, named in flats.items():
       meta[name] = {
-        'paths': ['/'.join(p) for p in paths],
-        'shapes': [list(np.shape(x)) for x in leaves],
-        'checksums': sums[: len(leaves)],
+        'paths': ['/'.join(p) for p in named],
+        'shapes': [list(np.shape(x)) for x in named.values()],
+        'checksums': sums[: len(named)],
       }
-      sums = sums[len(leaves) :]
-      if leaves:  # orbax cannot write an empty tree (optax's EmptyState).
-        items[name] = ocp.args.PyTreeSave(fmt.nest(paths, leaves))
+      sums = sums[len(named) :]
+      if named:  # orbax cannot write an empty tree (optax's EmptyState).
+        items[name] = ocp.args.PyTreeSave(ocp.tree.from_flat_dict(named))
     if arrays:
       items['extras_arrays'] = ocp.args.PyTreeSave(arrays)
     items['meta'] = ocp.args.JsonSave(meta)
@@ -467,7 +466,7 @@ class Checkpointer:
     targets = {'params': fmt.flat(abstract_params)}
     if abstract_opt_state is not None:
       targets['opt_state'] = fmt.flat(abstract_opt_state)
-    self._checksums([x for _, leaves, _ in targets.values() for x in leaves], True)
+    self._checksums([x for named, _ in targets.values() for x in named.values()], True)
     if not self.read_only:  # A reader may be looking at a save in progress.
       self._warn_unfinished()
     for step in reversed(self.steps()):
@@ -505,8 +504,8 @@ class Checkpointer:
         f'meta unreadable or of another format: {meta!r:.200}'
       )
     items = {}
-    for name, (paths, leaves, _) in targets.items():
-      ours = {'/'.join(p): list(x.shape) for p, x in zip(paths, leaves, strict=True)}
+    for name, (named, _) in targets.items():
+      ours = {'/'.join(p): list(x.shape) for p, x in named.items()}
       theirs = dict(zip(meta[name]['paths'], meta[name]['shapes'], strict=True))
       diff = sorted(k for k in ours.keys() | theirs if ours.get(k) != theirs.get(k))
       if diff:
@@ -514,17 +513,17 @@ class Checkpointer:
           f'checkpoint step {step}: {name} differs from the target (a changed '
           f'config?): {[(k, ours.get(k), theirs.get(k)) for k in diff[:4]]}'
         )
-      if leaves:
-        target = fmt.nest(paths, leaves)
+      if named:
+        target = ocp.tree.from_flat_dict(named)
         restore_args = ocp.checkpoint_utils.construct_restore_args(target)
         items[name] = ocp.args.PyTreeRestore(target, restore_args=restore_args)
     if meta['extras_arrays']:
       items['extras_arrays'] = ocp.args.PyTreeRestore()
     restored = self._manager.restore(step, args=ocp.args.Composite(**items))
     trees = {}
-    for name, (paths, _, treedef) in targets.items():
-      values = [functools.reduce(dict.__getitem__, p, restored[name]) for p in paths]
-      trees[name] = jax.tree_util.tree_unflatten(treedef, values)
+    for name, (named, treedef) in targets.items():
+      values = ocp.tree.to_flat_dict(restored[name]) if named else {}
+      trees[name] = treedef.unflatten([values[p] for p in named])
     arrays = dict(restored['extras_arrays']) if meta['extras_arrays'] else {}
     for key, crc in meta['extras_arrays'].items():
       if key not in arrays or fmt.host_checksum(np.asarray(arrays[key])) != crc:

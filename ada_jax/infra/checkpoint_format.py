@@ -19,47 +19,34 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
+import orbax.checkpoint as ocp
 from flax import nnx
 
 PyTree = Any
 _ARRAY_REF = '__ndarray__'  # reserved key: an array reference inside meta JSON.
 
 
-# Tree <-> nested dict of path-named leaves.
+# Tree <-> path-named leaves, named as orbax names its own keys.
 
 
 def _is_var(x: Any) -> bool:
   return isinstance(x, nnx.Variable)
 
 
-def _key_name(k: Any) -> str:
-  for attr in ('key', 'idx', 'name'):
-    if hasattr(k, attr):
-      return str(getattr(k, attr))
-  return str(k)
+def flat(tree: PyTree) -> tuple[dict[tuple[str, ...], Any], Any]:
+  """({path: leaf} in tree order, treedef); a Variable's path ends at it.
 
-
-def flat(tree: PyTree) -> tuple[list[tuple[str, ...]], list[Any], Any]:
-  """(paths, leaves, treedef); a Variable's path ends at the Variable."""
-  with_path = jax.tree_util.tree_flatten_with_path(tree, is_leaf=_is_var)[0]
-  leaves, treedef = jax.tree_util.tree_flatten(tree)
-  if len(with_path) != len(leaves):
-    raise ValueError('checkpoint: Variables must hold exactly one array each')
-  paths = [tuple(_key_name(k) for k in p) for p, _ in with_path]
-  return paths, leaves, treedef
-
-
-def nest(paths: Sequence[tuple[str, ...]], leaves: Sequence[Any]) -> dict:
-  """Nested dict {path[0]: {path[1]: ... leaf}}; two leaves on one path raise."""
-  out: dict = {}
-  for path, leaf in zip(paths, leaves, strict=True):
-    node = out
-    for k in path[:-1]:
-      node = node.setdefault(k, {})
-    if path[-1] in node:
-      raise ValueError(f'checkpoint: two leaves map to {"/".join(path)}')
-    node[path[-1]] = leaf
-  return out
+  Path names are orbax's (`ocp.tree.to_flat_dict`: dict keys and attribute
+  names as str, sequence indices as digits), so `ocp.tree.from_flat_dict`
+  nests them into the dict that orbax writes, and reads back, as is.
+  """
+  paths = ocp.tree.to_flat_dict(tree, is_leaf=_is_var)
+  leaves, treedef = jax.tree.flatten(tree)
+  # A Variable holding other than one array, or two leaves on one path (keys
+  # 0 and '0', which the dict merged), would pair paths with the wrong leaves.
+  if not len(paths) == len(jax.tree.leaves(tree, is_leaf=_is_var)) == len(leaves):
+    raise ValueError('checkpoint: each Variable must hold one array, on a unique path')
+  return dict(zip(paths, leaves, strict=True)), treedef
 
 
 # Checksums.
