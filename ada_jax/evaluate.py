@@ -43,13 +43,10 @@ import logging
 import math
 import os
 import sys
-from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
-
-if TYPE_CHECKING:  # jax is imported lazily: `--help` stays fast.
-  import jax
 
 # Reference section 8.2: Table 1's weighted average uses the set sizes.
 PAPER_WEIGHTS = {
@@ -164,53 +161,6 @@ def dataset_split(name: str) -> tuple[str, str]:
   return f'ada_math_local/{short}', split or configs[short].split
 
 
-def score_examples(
-  c,
-  model,
-  tok,
-  examples: Sequence[Any],
-  bucket: int,
-  *,
-  k: int,
-  max_new_tokens: int,
-  rng: jax.Array,
-  temperature: float,
-  slots: int | None,
-  verify_fn: Callable | None,
-  progress: str,
-) -> np.ndarray:
-  """[Q, k] correctness of k samples per problem, config `c`'s sampler settings.
-
-  Shared by this module and `select_prompts` (both command-line modules read
-  the ConfigDict): top-p/top-k, slots (`rl.slots` unless `slots`), EOS and
-  verifier settings come from `c`.
-  """
-  from ada_jax import data
-  from ada_jax.rl import scoring
-
-  enc = data.encode_prompts(tok, [e.prompt for e in examples], bucket)
-  correct, _ = scoring.sample_and_score(
-    model,
-    tok,
-    enc.tokens,
-    enc.mask,
-    [e.reference for e in examples],
-    slots=slots or c.rl.slots,
-    k=k,
-    max_new_tokens=max_new_tokens,
-    rng=rng,
-    temperature=temperature,
-    top_p=c.sampling.top_p,
-    top_k=c.sampling.top_k,
-    eos_ids=tok.eos_ids,
-    verifier_timeout_s=c.verifier.timeout_s,
-    verifier_workers=c.verifier.workers or None,
-    verify_fn=verify_fn,
-    progress=progress,
-  )
-  return correct
-
-
 def evaluate(
   c,
   checkpoint: str,
@@ -246,6 +196,7 @@ def evaluate(
 
   from ada_jax import data, from_config
   from ada_jax.infra import run_dir
+  from ada_jax.rl import scoring
 
   sets = [dataset_split(name) for name in datasets]
   if out_dir != os.path.join(checkpoint, 'eval'):
@@ -265,6 +216,7 @@ def evaluate(
       bucket,
     )
     max_new_tokens = limit
+  scorer = from_config.scorer(c, tok, verify_fn)
   results, dropped = {}, {}
   for i, (name, split) in enumerate(sets):  # Keyed by the name as given.
     ex = data.load_examples(
@@ -285,18 +237,19 @@ def evaluate(
         dropped[name],
         bucket,
       )
-    correct = score_examples(
-      c,
+    correct, _ = scoring.score_examples(
       model,
-      tok,
+      scorer,
       ex,
-      bucket,
+      prompt_bucket=bucket,
+      slots=slots or c.rl.slots,
       k=k,
       max_new_tokens=max_new_tokens,
       rng=jax.random.fold_in(jax.random.key(seed), i),
       temperature=temperature,
-      slots=slots,
-      verify_fn=verify_fn,
+      top_p=c.sampling.top_p,
+      top_k=c.sampling.top_k,
+      eos_ids=tok.eos_ids,
       progress=name,
     )
     key = datasets[i].removeprefix('ada_math_local/')

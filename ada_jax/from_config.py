@@ -11,9 +11,12 @@ everything takes typed settings. In order of use:
   anything is written.
 - `tokenizer(c, ...)`, `model_config(c, ...)`: the policy's tokenizer and
   shapes.
-- `trainer(c, workdir)`: mesh, data, model, settings and the Trainer, resumed
-  from the workdir's latest checkpoint, or started over with the earlier
-  run files set aside (`run_dir.set_aside`).
+- `scorer(c, tok)`: the verifier's settings bound once (`scoring.Scorer`),
+  for the trainer and the commands that score samples.
+- `trainer(c, workdir)`: mesh, data, model, settings (the controller's as
+  `adaptive.ControllerSettings`) and the Trainer, resumed from the
+  workdir's latest checkpoint, or started over with the earlier run files
+  set aside (`run_dir.set_aside`).
 - `policy(c, checkpoint)`: a run's latest params (or an HF directory) in the
   sampling layout for evaluation and prompt selection, read-only: nothing in
   the run directory is written.
@@ -37,8 +40,10 @@ from ada_jax.config_rules import ConfigError
 from ada_jax.infra import run_dir
 
 if TYPE_CHECKING:  # jax and the model are imported lazily: `--help` stays fast.
+  from ada_jax import adaptive
   from ada_jax import model as model_lib
   from ada_jax import tokenizer as tokenizer_lib
+  from ada_jax.rl import scoring
   from ada_jax.rl import trainer as trainer_lib
 
 __all__ = ['ConfigError']
@@ -212,6 +217,50 @@ def mesh(c: Any):
   return sharding.make_mesh(dict(c.mesh))
 
 
+def scorer(
+  c: Any,
+  tok: tokenizer_lib.Tokenizer,
+  verify_fn: Callable[..., Any] | None = None,
+) -> scoring.Scorer:
+  """The verifier's settings (`verifier.*`) with the tokenizer, bound once.
+
+  `verify_fn` replaces `verifier.verify_batch` (tests, benchmarks).
+  """
+  from ada_jax.rl import scoring
+
+  return scoring.Scorer(
+    tok=tok,
+    timeout_s=c.verifier.timeout_s,
+    workers=c.verifier.workers or None,
+    verify_fn=verify_fn,
+  )
+
+
+def _controller(c: Any) -> adaptive.ControllerSettings:
+  """The controller's settings from `rl.*`."""
+  from ada_jax import adaptive
+
+  rl = c.rl
+  options = {}
+  if rl.rule == 'dapo' and rl.target_groups:
+    options['target_groups'] = rl.target_groups
+  return adaptive.ControllerSettings(
+    rule=rl.rule,
+    group_size=rl.group_size,
+    samples_per_round=rl.samples_per_round,
+    max_rounds=rl.max_rounds,
+    slots=rl.slots,
+    # The other rules define their own rounds.
+    schedule=rl.schedule if rl.rule in ('pos', 'balance') else 'paper',
+    advantage=_opt(rl.advantage, str),
+    normalize_std=_opt(
+      rl.normalize_std, lambda v: str(v).lower() in ('1', 'true', 'yes')
+    ),
+    positive_threshold=rl.positive_threshold,
+    rule_options=options,
+  )
+
+
 def _examples(c: Any, workdir: str, tok) -> tuple[list, list | None, list]:
   """(RL train, SFT or None, eval) examples as the config selects them."""
   from ada_jax import data
@@ -270,6 +319,8 @@ def trainer(
 ) -> trainer_lib.Trainer:
   """Mesh, tokenizer, data, model, settings and the Trainer from a config.
 
+  `verify_fn` replaces `verifier.verify_batch` in the trainer's `scorer`.
+
   Resumes from the workdir's latest usable checkpoint and truncates each
   phase's metrics rows to it; with none usable but earlier run files there
   (all checkpoints corrupt, or killed during SFT), starts over and sets
@@ -304,30 +355,12 @@ def trainer(
       model_config(c, tok), mesh_, sharding.TRAIN_RULES, seed=c.seed
     )
   rl = c.rl
-  controller = dict(
-    rule=rl.rule,
-    group_size=rl.group_size,
-    samples_per_round=rl.samples_per_round,
-    positive_threshold=rl.positive_threshold,
-    advantage=_opt(rl.advantage, str),
-    normalize_std=_opt(
-      rl.normalize_std, lambda v: str(v).lower() in ('1', 'true', 'yes')
-    ),
-  )
-  if rl.rule in ('pos', 'balance'):  # The other rules define their own rollout.
-    controller['schedule'] = rl.schedule
-  if rl.rule == 'dapo' and rl.target_groups:
-    controller['target_groups'] = rl.target_groups
-  round_settings = rollout.RoundSettings(
-    slots=rl.slots,
-    max_rounds=rl.max_rounds,
+  sampling = rollout.SamplingSettings(
     max_new_tokens=c.sampling.max_new_tokens,
     temperature=c.sampling.temperature,
     top_p=c.sampling.top_p,
     top_k=c.sampling.top_k,
     eos_ids=tuple(tok.eos_ids),
-    verifier_timeout_s=c.verifier.timeout_s,
-    verifier_workers=c.verifier.workers or None,
   )
   update_settings = update.UpdateSettings(
     prompt_len=c.data.prompt_bucket,
@@ -345,8 +378,8 @@ def trainer(
   rl_settings = trainer_lib.RLSettings(
     steps=rl.steps,
     prompts_per_step=rl.prompts_per_step,
-    controller=controller,
-    rounds=round_settings,
+    controller=_controller(c),
+    sampling=sampling,
     update=update_settings,
     lr=rl.lr,
     warmup=rl.warmup,
@@ -376,7 +409,7 @@ def trainer(
     writer=None,
     checkpointer=ckpt,
     seed=c.seed,
-    verify_fn=verify_fn,
+    scorer=scorer(c, tok, verify_fn),
   )
   resumed = t.restore()
   keep = None

@@ -128,7 +128,7 @@ def run(
   import jax
   from etils import epath
 
-  from ada_jax import data, evaluate, from_config
+  from ada_jax import data, from_config
   from ada_jax.infra import run_dir
 
   if epath.Path(out).is_dir():
@@ -175,18 +175,19 @@ def run(
     counts['over_max_prompts'] = max(0, len(examples) - max_prompts)
     examples = examples[:max_prompts]
   counts['sampled'] = len(examples)
-  correct = evaluate.score_examples(
-    c,
+  correct, _ = scoring.score_examples(
     model,
-    tok,
+    from_config.scorer(c, tok, verify_fn),
     examples,
-    bucket,
+    prompt_bucket=bucket,
+    slots=slots or c.rl.slots,
     k=k,
     max_new_tokens=max_new_tokens,
     rng=jax.random.key(seed),
     temperature=c.sampling.temperature,
-    slots=slots,
-    verify_fn=verify_fn,
+    top_p=c.sampling.top_p,
+    top_k=c.sampling.top_k,
+    eos_ids=tok.eos_ids,
     progress='select',
   )
   keep = select(correct, max_pass_rate)

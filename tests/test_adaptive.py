@@ -677,3 +677,90 @@ def test_est_history_with_integer_keys_round_trips():
   counts = np.bincount(g2.slot_prompt[0], minlength=3)  # Keys 55, 7, 101.
   assert counts[2] < counts[0] < counts[1]
   np.testing.assert_array_equal(g2.history['keys'], [101, 7, 55])
+
+
+# ControllerSettings: a run's settings, checked once, calling sample_groups.
+
+
+@pytest.mark.parametrize(
+  'kwargs,match',
+  [
+    ({'rule': 'nope'}, 'unknown rule'),
+    ({'rule': 'balance', 'schedule': 'fast'}, 'unknown schedule'),
+    ({'rule': 'grpo', 'schedule': 'refill'}, 'defines its own rounds'),
+    ({'rule': 'est', 'schedule': 'refill'}, 'defines its own rounds'),
+    ({'rule': 'pos', 'samples_per_round': 2, 'slots': 100}, 'samples_per_round'),
+    ({'rule': 'balance', 'min_positives': 2}, 'unknown options'),
+    ({'rule': 'pos', 'advantage': 'other'}, 'unknown advantage'),
+    ({'rule': 'pos', 'group_size': 0}, 'group_size'),
+    ({'rule': 'dapo', 'slots': 3}, 'group_size'),
+    ({'rule': 'dapo', 'target_groups': 0}, 'target_groups'),
+    ({'rule': 'est', 'decay': 2.0}, 'decay'),
+  ],
+)
+def test_settings_errors_are_sample_groups_errors(kwargs, match):
+  args = dict(group_size=4, samples_per_round=8, max_rounds=4, slots=80)
+  args.update(kwargs)
+  fields = {f for f in adaptive.ControllerSettings.__dataclass_fields__}
+  options = {k: args.pop(k) for k in list(args) if k not in fields}
+  with pytest.raises(ValueError, match=match) as built:
+    adaptive.ControllerSettings(**args, rule_options=options)
+  with pytest.raises(ValueError, match=match) as called:
+    adaptive.sample_groups(10, BernoulliDraw(np.full(10, 0.5), 0), **args, **options)
+  assert str(built.value) == str(called.value)
+
+
+@pytest.mark.parametrize(
+  'rule, schedule, options',
+  [
+    ('grpo', 'paper', {}),
+    ('balance', 'refill', {}),
+    ('pos', 'paper', {'min_positives': 2}),
+    ('dapo', 'paper', {'target_groups': 6}),
+    ('est', 'paper', {'decay': 0.5}),
+  ],
+)
+def test_settings_call_sample_groups(rule, schedule, options):
+  p = np.linspace(0.02, 0.98, 40)
+  kw = dict(group_size=4, samples_per_round=8, max_rounds=4, slots=320)
+  settings = adaptive.ControllerSettings(
+    rule=rule, schedule=schedule, rule_options=options, **kw
+  )
+  a = settings.sample_groups(40, BernoulliDraw(p, 3))
+  b = adaptive.sample_groups(
+    40, BernoulliDraw(p, 3), rule=rule, schedule=schedule, **kw, **options
+  )
+  np.testing.assert_array_equal(a.sample_id, b.sample_id)
+  np.testing.assert_array_equal(a.advantage, b.advantage)
+  assert a.metrics == b.metrics
+  assert (
+    settings.max_rows(40)
+    == a.max_rows
+    == adaptive.max_rows(
+      40,
+      rule=rule,
+      group_size=4,
+      slots=320,
+      target_groups=options.get('target_groups'),
+    )
+  )
+  # The checks that need the step's prompts run with it: 400 do not fit.
+  if rule in ('grpo', 'balance', 'est'):
+    with pytest.raises(ValueError, match='slots'):
+      settings.sample_groups(400, BernoulliDraw(np.full(400, 0.5), 0))
+
+
+def test_settings_are_frozen_with_their_own_options():
+  options = {'target_groups': 3}
+  settings = adaptive.ControllerSettings(
+    rule='dapo',
+    group_size=4,
+    samples_per_round=4,
+    max_rounds=4,
+    slots=16,
+    rule_options=options,
+  )
+  options['target_groups'] = 5
+  assert settings.max_rows(10) == 12
+  with pytest.raises(AttributeError):
+    settings.slots = 8

@@ -197,7 +197,7 @@ def test_odd_group_size_is_fine_outside_balance(data_dir):
 # A 2-step run on a (2,2,2) mesh with the real verifier.
 
 
-def test_two_step_run_on_2x2x2_mesh(data_dir, tmp_path):
+def test_two_step_run_on_2x2x2_mesh(data_dir, tmp_path, capsys):
   calls = []
 
   def real_verify(responses, references, **kw):
@@ -237,6 +237,12 @@ def test_two_step_run_on_2x2x2_mesh(data_dir, tmp_path):
     # (The hash bit rewards unboxed answers too: no order between the two.)
     assert {'eval_accuracy', 'eval_boxed_frac'} <= set(r.summary[part])
   assert (tmp_path / 'wd' / 'samples.jsonl').read_text().strip()
+  # Output redirected to a file (capsys: not a terminal) holds plain
+  # progress lines, no carriage-return redraws.
+  out, err = capsys.readouterr()
+  assert '\r' not in out + err
+  assert f'rl/{c.rl.rule}: step 2/2 (100%)' in err
+  assert 'sft: step 4/4 (100%)' in err
 
 
 # SIGTERM, checkpoint, resume; equality with an uninterrupted run.
@@ -327,8 +333,13 @@ def test_evaluate_counts_boxed_answers(full_run, monkeypatch):
   t = full_run.trainer
   monkeypatch.setattr(
     t,
-    'verify_fn',
-    lambda responses, refs, **kw: np.array([r == texts[0] for r in responses]),
+    'scorer',
+    dataclasses.replace(
+      t.scorer,
+      verify_fn=lambda responses, refs, **kw: np.array(
+        [r == texts[0] for r in responses]
+      ),
+    ),
   )
   result = t.evaluate()
   n = next(calls)  # One decode per evaluated problem (greedy, k=1).

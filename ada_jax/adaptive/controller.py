@@ -23,6 +23,9 @@ Rules:
 Row budget: R ≤ `max_rows(...)` (B·n, target_groups·n or S); the trainer pads
 to it with zero-weight rows (`Groups.padded`), so device shapes never change.
 
+`ControllerSettings` holds a run's rule and knobs (checked once, when it is
+built) and calls `sample_groups` and `max_rows` with them.
+
 Modules of this package: `rounds` (round loops), `schedule` (slot layouts),
 `rules` (exit tests, downsampling, advantages, est prior).
 
@@ -32,7 +35,7 @@ Dimension legend:
 """
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -268,6 +271,82 @@ def sample_groups(
   )
 
 
+@dataclasses.dataclass(frozen=True)
+class ControllerSettings:
+  """A run's controller: the rule and its knobs, the same at every step.
+
+  The keyword arguments of `sample_groups` that do not change between steps
+  (see there for their meaning); `rule_options` are its `**rule_options`.
+  Checked on construction with the errors `sample_groups` gives; the checks
+  that need the number of prompts (slot budgets) run with the step, in
+  `sample_groups`.
+  """
+
+  rule: str
+  group_size: int
+  samples_per_round: int
+  max_rounds: int
+  slots: int
+  schedule: str = 'paper'
+  advantage: str | None = None
+  normalize_std: bool | None = None
+  positive_threshold: float = 0.7
+  rule_options: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+
+  def __post_init__(self) -> None:
+    _check_args(
+      None,
+      self.rule,
+      self.group_size,
+      self.samples_per_round,
+      self.max_rounds,
+      self.slots,
+      self.schedule,
+      self.advantage,
+      dict(self.rule_options),
+    )
+    # A copy of its own: the caller's dict may change, these settings not.
+    object.__setattr__(self, 'rule_options', dict(self.rule_options))
+
+  def max_rows(self, num_prompts: int) -> int:
+    """R_max of a step of `num_prompts` prompts (see `max_rows`)."""
+    return max_rows(
+      num_prompts,
+      rule=self.rule,
+      group_size=self.group_size,
+      slots=self.slots,
+      target_groups=self.rule_options.get('target_groups'),
+    )
+
+  def sample_groups(
+    self,
+    num_prompts: int,
+    draw: DrawFn,
+    *,
+    seed: int = 0,
+    prompt_keys: Sequence[Any] | None = None,
+    history: dict[str, Any] | None = None,
+  ) -> Groups:
+    """`sample_groups` with these settings: one step's training groups."""
+    return sample_groups(
+      num_prompts,
+      draw,
+      rule=self.rule,
+      group_size=self.group_size,
+      samples_per_round=self.samples_per_round,
+      max_rounds=self.max_rounds,
+      slots=self.slots,
+      schedule=self.schedule,
+      advantage=self.advantage,
+      normalize_std=self.normalize_std,
+      positive_threshold=self.positive_threshold,
+      seed=seed,
+      prompt_keys=prompt_keys,
+      history=history,
+      **self.rule_options,
+    )
+
+
 def _finish(
   rec: rounds_lib.Recorder,
   rule: str,
@@ -398,7 +477,7 @@ def _target_groups(num_prompts: int, target_groups: int | None) -> int:
 
 
 def _check_args(
-  num_prompts: int,
+  num_prompts: int | None,
   rule: str,
   group_size: int,
   samples_per_round: int,
@@ -408,7 +487,11 @@ def _check_args(
   advantage: str | None,
   rule_options: dict[str, Any],
 ) -> dict[str, Any]:
-  """Validates the arguments; returns the rule's options with defaults."""
+  """Validates the arguments; returns the rule's options with defaults.
+
+  `num_prompts` None (settings without a step): the checks that need it
+  are skipped.
+  """
   if rule not in RULES:
     raise ValueError(f'unknown rule {rule!r}; expected one of {RULES}')
   if schedule not in SCHEDULES:
@@ -422,8 +505,9 @@ def _check_args(
       f'it takes {sorted(RULE_OPTIONS[rule])}'
     )
   opts = {**RULE_OPTIONS[rule], **rule_options}
+  sizes = [] if num_prompts is None else [('num_prompts', num_prompts)]
   for name, value in [
-    ('num_prompts', num_prompts),
+    *sizes,
     ('group_size', group_size),
     ('max_rounds', max_rounds),
     ('slots', slots),
@@ -437,7 +521,7 @@ def _check_args(
         f'samples_per_round ({samples_per_round}) must be >= group_size '
         f'({group_size}) so every exit can fill a group'
       )
-    if slots < num_prompts * samples_per_round:
+    if num_prompts is not None and slots < num_prompts * samples_per_round:
       raise ValueError(
         f'slots ({slots}) must be >= num_prompts * samples_per_round '
         f'({num_prompts} * {samples_per_round}) for rule {rule!r}'
@@ -449,7 +533,8 @@ def _check_args(
     raise ValueError(
       f"rule {rule!r} defines its own rounds; schedule must be 'paper', got {schedule!r}"
     )
-  if rule == 'grpo' and slots < num_prompts * group_size:
+  step = num_prompts is not None
+  if rule == 'grpo' and step and slots < num_prompts * group_size:
     raise ValueError(
       f'slots ({slots}) must be >= num_prompts * group_size '
       f'({num_prompts} * {group_size}) for rule grpo'
@@ -457,10 +542,11 @@ def _check_args(
   if rule == 'dapo':
     if slots < group_size:
       raise ValueError(f'slots ({slots}) must be >= group_size ({group_size}) for dapo')
-    if _target_groups(num_prompts, opts['target_groups']) < 1:
+    given = opts['target_groups'] is not None
+    if (step or given) and _target_groups(num_prompts or 0, opts['target_groups']) < 1:
       raise ValueError('target_groups must be >= 1')
   if rule == 'est':
-    if slots < num_prompts:
+    if step and slots < num_prompts:
       raise ValueError(
         f'slots ({slots}) must be >= num_prompts ({num_prompts}) for est'
       )

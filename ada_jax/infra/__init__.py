@@ -7,8 +7,9 @@ layout-independent checksum (`checksum`), the checked layout change
 (`resharder`) and reading compiled HLO (`hlo`), checkpoints that survive
 preemption (`checkpoint`, `checkpoint_format`), a run directory's files and
 who may write them (`run_dir`), metrics rows and TensorBoard events
-(`metrics`), backend compile counting (`compiles`) and the commands' exit
-codes (`exit_codes`).
+(`metrics`), loop progress for terminals and log files (`progress`),
+backend compile counting (`compiles`) and the commands' exit codes
+(`exit_codes`).
 
 May import: nothing of ada_jax outside this package (a test checks).
 """

@@ -19,11 +19,10 @@ from typing import Any
 
 import jax
 from etils import epath
-from tqdm import tqdm
 
 from ada_jax.infra import checkpoint as checkpoint_lib
 from ada_jax.infra import metrics as metrics_lib
-from ada_jax.infra import multihost, run_dir
+from ada_jax.infra import multihost, progress, run_dir
 from ada_jax.rl import scoring
 from ada_jax.rl import trainer as trainer_lib
 
@@ -70,9 +69,11 @@ def fit(trainer: trainer_lib.Trainer) -> dict[str, Any]:
           )
         )
         print(f'greedy test accuracy before RL: {_accuracy(summary["before_rl"])}')
-    bar = tqdm(
+    bar = progress.progress(
       range(trainer.step + 1, rl.steps + 1),
-      desc=f'rl/{rl.controller["rule"]}',
+      desc=f'rl/{rl.controller.rule}',
+      total=rl.steps,
+      initial=trainer.step,  # A resumed run counts from its checkpoint.
       disable=not is_main,
     )
     for step in bar:

@@ -1,21 +1,18 @@
 """One RL step's sampling: controller rounds over the sampler and the verifier.
 
 The draw contract between the parts: the step's prompts are prefilled once;
-every `draw(slot_prompt)` of the controller runs `sampler.sample_round` for
-the next round, keeps that round's Rollout on device in a fixed
-[max_rounds, S, N] buffer, decodes the live slots (special tokens skipped)
-and scores them with `verifier.verify_batch`. Afterwards the training rows
-are gathered from the buffer by sample id (round = id // S, slot = id % S)
-together with their prompts into a fixed [R_max, P+N] batch, advantages
-broadcast to the response tokens.
+every `draw(slot_prompt)` of the controller (`adaptive.ControllerSettings`)
+runs `sampler.sample_round` for the next round, keeps that round's Rollout
+on device in a fixed [max_rounds, S, N] buffer and scores it with
+`scoring.Scorer.score_round` (each host decodes and verifies the live slots
+it holds; rewards and lengths are gathered over hosts). Afterwards the
+training rows are gathered from the buffer by sample id (round = id // S,
+slot = id % S) together with their prompts into a fixed [R_max, P+N] batch,
+advantages broadcast to the response tokens.
 
-Multi-host: each process decodes and verifies only the slots it holds
-(its addressable shards), whatever prompt they continue (after round 1 the
-controller packs the active prompts into the first slots, so a host verifies
-other hosts' prompts: every host knows all B references); the rewards and
-lengths are all-gathered, and every process runs the controller on the same
-global data, so all take the same decisions (rounds, exits) and issue the
-same jitted calls. Verifier counters are summed over hosts.
+Multi-host: every process runs the controller on the same gathered global
+rewards, so all take the same decisions (rounds, exits) and issue the same
+jitted calls. Verifier counters are summed over hosts.
 
 Dimension legend:
   B: prompts of the step   P: prompt bucket   S: slots   N: new tokens
@@ -39,25 +36,21 @@ from jax.sharding import NamedSharding, PartitionSpec
 from ada_jax import adaptive, sampler, verifier
 from ada_jax import model as model_lib
 from ada_jax import sharding as sharding_lib
-from ada_jax import tokenizer as tokenizer_lib
 from ada_jax.infra import multihost
+from ada_jax.rl import scoring
 
 Array = jax.Array
 
 
 @dataclasses.dataclass(frozen=True)
-class RoundSettings:
-  """Fixed per run: shapes, sampling knobs, verifier limits."""
+class SamplingSettings:
+  """The sampler's knobs, fixed per run (slots and rounds: the controller's)."""
 
-  slots: int
-  max_rounds: int
   max_new_tokens: int
   temperature: float = 1.0
   top_p: float = 1.0
   top_k: int = 0
   eos_ids: tuple[int, ...] = ()
-  verifier_timeout_s: float = 2.0
-  verifier_workers: int | None = None
 
 
 @dataclasses.dataclass
@@ -158,99 +151,63 @@ def assemble_batch(
 
 def run_step(
   model: model_lib.Transformer,
-  tok: tokenizer_lib.Tokenizer,
+  scorer: scoring.Scorer,
   prompt_tokens: Array,
   prompt_mask: Array,
   references: Sequence[str],
   *,
-  settings: RoundSettings,
+  controller: adaptive.ControllerSettings,
+  sampling: SamplingSettings,
   rng: Array,
-  controller: dict[str, Any],
   prompt_keys: Sequence[int] | None = None,
   history: dict[str, np.ndarray] | None = None,
   buffer_sharding=None,
-  verify_fn: Callable[..., np.ndarray] | None = None,
 ) -> StepSamples:
   """Prefill, controller rounds, verification and the training batch of one step.
 
   Args:
     model: the policy in its sampling layout.
-    tok: tokenizer (decoding responses for the verifier).
+    scorer: the tokenizer and the verifier's settings.
     prompt_tokens: int [B, P] left-padded prompts (global array).
     prompt_mask: int [B, P].
     references: B reference answers (global, same order).
-    settings: fixed shapes and knobs.
+    controller: the rule and its knobs; its slots S and max rounds M fix
+      the shapes.
+    sampling: the sampler's knobs.
     rng: PRNG key of this step.
-    controller: keyword arguments of `adaptive.sample_groups` (rule, group_size,
-      samples_per_round, schedule, advantage, normalize_std, positive_threshold,
-      rule options).
     prompt_keys: stable per-prompt keys (est history).
     history: est history from the previous step.
     buffer_sharding: sharding of the [M, S, N] buffer; default: slots on the
       data axes of the model's mesh.
-    verify_fn: replaces `verifier.verify_batch` (tests, fault injection).
   """
-  s, n, m = settings.slots, settings.max_new_tokens, settings.max_rounds
-  verify_fn = verify_fn or verifier.verify_batch
+  s, m, n = controller.slots, controller.max_rounds, sampling.max_new_tokens
   b = prompt_tokens.shape[0]
   t0 = time.perf_counter()
   cache = sampler.prefill(model, prompt_tokens, prompt_mask)
   buffer = _empty_buffer(m, s, n, buffer_sharding or _buffer_sharding(model, s))
-  eos = sampler.eos_array(settings.eos_ids)
-  state = {'round': 0, 'buffer': buffer, 't_verify': 0.0}
-  rewards_all, lengths_all, texts = [], [], {}
+  eos = sampler.eos_array(sampling.eos_ids)
+  state = {'buffer': buffer}
+  rounds: list[scoring.RoundScores] = []
   counters_before = verifier.counters()
 
   def draw(slot_prompt: np.ndarray) -> np.ndarray:
-    r = state['round']
+    r = len(rounds)
     rollout = sampler.sample_round(
       model,
       cache,
       slot_prompt,
       max_new_tokens=n,
       rng=jax.random.fold_in(rng, r),
-      temperature=settings.temperature,
-      top_p=settings.top_p,
-      top_k=settings.top_k,
+      temperature=sampling.temperature,
+      top_p=sampling.top_p,
+      top_k=sampling.top_k,
       eos_ids=eos,
     )
     state['buffer'] = _write_round(state['buffer'], rollout, jnp.int32(r))
-    idx, toks = multihost.local_rows(rollout.tokens)
-    _, lens = multihost.local_rows(rollout.lengths)
-    tv = time.perf_counter()
-    live = slot_prompt[idx] >= 0
-    resp = [
-      tok.decode(t[:k].tolist()) for t, k in zip(toks[live], lens[live], strict=True)
-    ]
-    refs = [references[p] for p in slot_prompt[idx][live]]
-    scores = verify_fn(
-      resp,
-      refs,
-      timeout_s=settings.verifier_timeout_s,
-      workers=settings.verifier_workers,
-    )
-    local = np.full(idx.shape, np.nan, np.float32)
-    local[live] = np.asarray(scores, np.float32)
-    state['t_verify'] += time.perf_counter() - tv
-    for slot, text in zip(idx[live], resp, strict=True):
-      texts[(r, int(slot))] = text
-    # One collective: every host's rewards and lengths of the slots it holds.
-    merged = multihost.gather_rows(idx, np.stack([local, lens], axis=1), s)
-    rewards = merged[:, 0]
-    rewards_all.append(rewards)
-    lengths_all.append(np.nan_to_num(merged[:, 1]).astype(np.int32))
-    state['round'] = r + 1
-    return rewards
+    rounds.append(scorer.score_round(rollout, slot_prompt, references))
+    return rounds[-1].rewards
 
-  groups = adaptive.sample_groups(
-    b,
-    draw,
-    slots=s,
-    max_rounds=m,
-    prompt_keys=prompt_keys,
-    history=history,
-    **controller,
-  )
+  groups = controller.sample_groups(b, draw, prompt_keys=prompt_keys, history=history)
   padded = groups.padded()
   batch = assemble_batch(
     prompt_tokens,
@@ -267,14 +224,17 @@ def run_step(
     {k: counters_after[k] - counters_before.get(k, 0) for k in counters_after}
   )
   total = time.perf_counter() - t0
+  t_verify = sum(x.time_verify_s for x in rounds)
   return StepSamples(
     groups=groups,
     batch=batch,
-    rewards=np.stack(rewards_all),
-    lengths=np.stack(lengths_all),
-    texts=texts,
-    time_sample_s=total - state['t_verify'],
-    time_verify_s=state['t_verify'],
+    rewards=np.stack([x.rewards for x in rounds]),
+    lengths=np.stack([x.lengths for x in rounds]),
+    texts={
+      (r, slot): text for r, x in enumerate(rounds) for slot, text in x.texts.items()
+    },
+    time_sample_s=total - t_verify,
+    time_verify_s=t_verify,
     verifier_counters=counters,
   )
 

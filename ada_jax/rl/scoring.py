@@ -1,34 +1,131 @@
-"""k answers per prompt through the fixed-shape sampler, scored by the verifier.
+"""Sampled responses scored by the verifier: one round, or k per prompt.
 
-Shared by the trainer's held-out evaluation (greedy, k=1), the pass-rate
-histogram, Ave@k evaluation and prompt selection. Prompts are processed in
-chunks of exactly S (the run's slot count; the last chunk padded with idle
-slots), each chunk prefilled once and sampled k rounds from its prompt
-cache, so these calls reuse one prefill and one decode program: nothing
-compiles after the first chunk.
+`Scorer` binds the verifier's settings once per run (the tokenizer to
+decode with, the per-item deadline, the pool's workers, and a stand-in
+verify function for tests). `Scorer.score_round` is the one path from a
+sampled round to rewards, shared by a training step's rounds
+(`rollout.run_step`) and by `sample_and_score`: each host decodes the live
+slots it holds (special tokens skipped), verifies them, marks the boxed
+ones, and one collective gathers every host's rewards, boxed flags and
+lengths, so every host sees all S of them. After round 1 the controller
+packs the active prompts into the first slots, so a host may verify
+another host's prompts: every host knows all the references.
+
+`sample_and_score` (and `score_examples`, from examples) draws k answers
+per prompt for the trainer's held-out evaluation (greedy, k=1), the
+pass-rate histogram, Ave@k evaluation and prompt selection. Prompts are
+processed in chunks of exactly S (the run's slot count; the last chunk
+padded with idle slots), each chunk prefilled once and sampled k rounds
+from its prompt cache, so these calls reuse one prefill and one decode
+program: nothing compiles after the first chunk.
 
 Dimension legend: Q prompts, S slots (= prompts per chunk), P prompt bucket,
-k samples per prompt.
+N new tokens, k samples per prompt.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
+import time
 from collections.abc import Callable, Sequence
 
 import jax
 import numpy as np
-from tqdm import tqdm
 
+from ada_jax import data, sampler, verifier
 from ada_jax import model as model_lib
-from ada_jax import sampler, verifier
 from ada_jax import tokenizer as tokenizer_lib
 from ada_jax.infra import multihost
+from ada_jax.infra import progress as progress_lib
+
+
+@dataclasses.dataclass(frozen=True)
+class RoundScores:
+  """One sampled round, scored.
+
+  Attributes:
+    rewards: float32 [S], the verifier's 0/1 per slot, NaN on idle slots
+      (all hosts' slots).
+    boxed: bool [S], a `\\boxed{}` answer the verifier can read (a wrong
+      answer in the right format); False on idle slots (all hosts').
+    lengths: int32 [S], response lengths (all hosts').
+    texts: slot -> decoded response, for the live slots this host holds.
+    time_verify_s: this host's decoding and verifying time.
+  """
+
+  rewards: np.ndarray
+  boxed: np.ndarray
+  lengths: np.ndarray
+  texts: dict[int, str]
+  time_verify_s: float
+
+
+@dataclasses.dataclass(frozen=True)
+class Scorer:
+  """The verifier's settings, bound once per run.
+
+  Attributes:
+    tok: the policy's tokenizer (decodes the responses).
+    timeout_s: per-item deadline of `verifier.verify_batch`.
+    workers: its worker processes (None: its default).
+    verify_fn: replaces `verifier.verify_batch` (tests, fault injection);
+      called as `verify_fn(responses, references, timeout_s=, workers=)`.
+  """
+
+  tok: tokenizer_lib.Tokenizer
+  timeout_s: float = 2.0
+  workers: int | None = None
+  verify_fn: Callable[..., np.ndarray] | None = None
+
+  def verify(self, responses: Sequence[str], references: Sequence[str]) -> np.ndarray:
+    """0/1 (or bool) per response; the reference of each in `references`."""
+    # Looked up at each call, not bound once: tests replace verify_batch.
+    fn = self.verify_fn or verifier.verify_batch
+    return fn(responses, references, timeout_s=self.timeout_s, workers=self.workers)
+
+  def score_round(
+    self,
+    rollout: sampler.Rollout,
+    slot_prompt: np.ndarray,
+    references: Sequence[str],
+  ) -> RoundScores:
+    """Decodes, verifies and gathers one round (collective: every host calls).
+
+    Args:
+      rollout: the round's samples, global [S, N] arrays.
+      slot_prompt: int [S], the prompt each slot continued (-1: idle).
+      references: the reference answer of each prompt (by prompt index).
+    """
+    s = len(slot_prompt)
+    idx, toks = multihost.local_rows(rollout.tokens)
+    _, lens = multihost.local_rows(rollout.lengths)
+    t0 = time.perf_counter()
+    live = slot_prompt[idx] >= 0
+    texts = [
+      self.tok.decode(t[:n].tolist())
+      for t, n in zip(toks[live], lens[live], strict=True)
+    ]
+    scores = self.verify(texts, [references[p] for p in slot_prompt[idx][live]])
+    reward = np.full(idx.shape, np.nan, np.float32)
+    reward[live] = np.asarray(scores, np.float32)
+    boxed = np.zeros(idx.shape, np.float32)
+    boxed[live] = [verifier.extract(t) is not None for t in texts]
+    t_verify = time.perf_counter() - t0
+    # One collective: [slots held here, (reward, boxed, length)].
+    merged = multihost.gather_rows(idx, np.stack([reward, boxed, lens], axis=1), s)
+    return RoundScores(
+      rewards=merged[:, 0],
+      boxed=merged[:, 1] > 0,
+      lengths=np.nan_to_num(merged[:, 2]).astype(np.int32),
+      texts=dict(zip(idx[live].tolist(), texts, strict=True)),
+      time_verify_s=t_verify,
+    )
 
 
 def sample_and_score(
   model: model_lib.Transformer,
-  tok: tokenizer_lib.Tokenizer,
+  scorer: Scorer,
   prompt_tokens: np.ndarray,
   prompt_mask: np.ndarray,
   references: Sequence[str],
@@ -41,16 +138,13 @@ def sample_and_score(
   top_p: float = 1.0,
   top_k: int = 0,
   eos_ids: Sequence[int] = (),
-  verifier_timeout_s: float = 2.0,
-  verifier_workers: int | None = None,
-  verify_fn: Callable[..., np.ndarray] | None = None,
   progress: str | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
   """Correctness [Q, k] of k sampled answers per prompt, and which were boxed.
 
   Args:
     model: the policy (sampling layout).
-    tok: tokenizer for decoding.
+    scorer: the verifier's settings and the tokenizer.
     prompt_tokens: int [Q, P] left-padded prompts.
     prompt_mask: int [Q, P].
     references: Q reference answers.
@@ -62,28 +156,28 @@ def sample_and_score(
     top_p: nucleus mass.
     top_k: top-k (0: off).
     eos_ids: token ids ending a response.
-    verifier_timeout_s: per-item `verify_batch` deadline.
-    verifier_workers: `verify_batch` processes.
-    verify_fn: replaces `verifier.verify_batch`.
-    progress: a tqdm description, or None for no bar.
+    progress: what to call the chunks' progress (`infra.progress`), or
+      None for none.
 
   Returns:
-    (correct bool [Q, k], boxed bool [Q, k]): boxed marks a response with a
-    `\\boxed{}` answer the verifier can read (a wrong answer in the right
-    format). Each host decodes only the slots it holds; both arrays are
-    all-gathered, so every host gets all of them.
+    (correct bool [Q, k], boxed bool [Q, k]), see `RoundScores`. Each host
+    decodes only the slots it holds; both arrays are all-gathered, so every
+    host gets all of them.
   """
-  verify_fn = verify_fn or verifier.verify_batch
   q, p = prompt_tokens.shape
   correct = np.zeros((q, k), bool)
   boxed = np.zeros((q, k), bool)
   eos = sampler.eos_array(eos_ids)
-  starts = range(0, q, slots)
-  for c, start in enumerate(
-    tqdm(starts, desc=progress, disable=progress is None, leave=False)
-  ):
+  chunks = progress_lib.progress(
+    range(0, q, slots),
+    desc=progress,
+    unit='chunk',
+    disable=progress is None,
+    leave=False,
+  )
+  for c, start in enumerate(chunks):
     rows = np.arange(start, min(start + slots, q))
-    tokens = np.full((slots, p), tok.pad_id, np.int32)
+    tokens = np.full((slots, p), scorer.tok.pad_id, np.int32)
     mask = np.zeros((slots, p), np.int32)
     tokens[: len(rows)], mask[: len(rows)] = prompt_tokens[rows], prompt_mask[rows]
     mask[len(rows) :, -1] = 1  # Idle rows still need one real token.
@@ -91,6 +185,7 @@ def sample_and_score(
     slot_prompt = np.where(np.arange(slots) < len(rows), np.arange(slots), -1).astype(
       np.int32
     )
+    chunk_references = [references[i] for i in rows]
     for j in range(k):
       r = sampler.sample_round(
         model,
@@ -103,26 +198,55 @@ def sample_and_score(
         top_k=top_k,
         eos_ids=eos,
       )
-      # Each host scores the slots it holds; the scores are all-gathered.
-      held, out = multihost.local_rows(r.tokens)
-      _, lens = multihost.local_rows(r.lengths)
-      mine = held < len(rows)
-      resp = [
-        tok.decode(t[:n].tolist()) for t, n in zip(out[mine], lens[mine], strict=True)
-      ]
-      scores = verify_fn(
-        resp,
-        [references[rows[i]] for i in held[mine]],
-        timeout_s=verifier_timeout_s,
-        workers=verifier_workers,
-      )
-      has_box = [verifier.extract(t) is not None for t in resp]
-      # One collective for both: [slots held here, (score, boxed)].
-      local = np.stack([np.asarray(scores, np.float32), np.asarray(has_box)], -1)
-      merged = multihost.gather_rows(held[mine], local, slots)
-      correct[rows, j] = merged[: len(rows), 0] > 0
-      boxed[rows, j] = merged[: len(rows), 1] > 0
+      scores = scorer.score_round(r, slot_prompt, chunk_references)
+      correct[rows, j] = scores.rewards[: len(rows)] > 0
+      boxed[rows, j] = scores.boxed[: len(rows)]
   return correct, boxed
+
+
+def score_examples(
+  model: model_lib.Transformer,
+  scorer: Scorer,
+  examples: Sequence[data.Example],
+  *,
+  prompt_bucket: int,
+  slots: int,
+  k: int,
+  max_new_tokens: int,
+  rng: jax.Array,
+  temperature: float = 1.0,
+  top_p: float = 1.0,
+  top_k: int = 0,
+  eos_ids: Sequence[int] = (),
+  progress: str | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
+  """`sample_and_score` of examples, their prompts encoded into the bucket.
+
+  Raises:
+    ValueError: a prompt is longer than `prompt_bucket` (filter them first
+      with `data.drop_long_prompts`).
+  """
+  enc = data.encode_prompts(scorer.tok, [e.prompt for e in examples], prompt_bucket)
+  if enc.dropped:
+    raise ValueError(
+      f'{enc.dropped} prompts longer than the prompt bucket {prompt_bucket}'
+    )
+  return sample_and_score(
+    model,
+    scorer,
+    enc.tokens,
+    enc.mask,
+    [e.reference for e in examples],
+    slots=slots,
+    k=k,
+    max_new_tokens=max_new_tokens,
+    rng=rng,
+    temperature=temperature,
+    top_p=top_p,
+    top_k=top_k,
+    eos_ids=eos_ids,
+    progress=progress,
+  )
 
 
 def histogram(pass_rate: np.ndarray, bins: int = 8) -> list[tuple[str, int]]:

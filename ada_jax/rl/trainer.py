@@ -1,9 +1,10 @@
 """The training loop: optional SFT warm start, then RL steps with adaptive sampling.
 
-Typed settings in, no ConfigDict (main.py builds them). One set of params
+Typed settings in, no ConfigDict (`from_config` builds them, and the
+`scoring.Scorer` that binds the verifier's settings). One set of params
 lives in the training layout; each RL step reshards it to the sampling
 layout, prefills the step's prompts once, runs the controller's rounds over
-the sampler and the verifier (rollout.py), assembles the fixed-shape batch,
+the sampler and the scorer (rollout.py), assembles the fixed-shape batch,
 recomputes old log-probs with the training forward and takes the clipped
 surrogate updates (`update`). Checkpoints at fixed intervals and on
 preemption; a restarted run resumes from the latest complete checkpoint.
@@ -25,7 +26,6 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 from flax import nnx
-from tqdm import tqdm
 
 from ada_jax import adaptive, data, sharding
 from ada_jax import model as model_lib
@@ -33,6 +33,7 @@ from ada_jax import tokenizer as tokenizer_lib
 from ada_jax.infra import checkpoint as checkpoint_lib
 from ada_jax.infra import compiles, multihost, resharder
 from ada_jax.infra import metrics as metrics_lib
+from ada_jax.infra import progress as progress_lib
 from ada_jax.rl import rollout, scoring, update
 from ada_jax.rl import sft_rows as sft_lib
 
@@ -57,8 +58,8 @@ class RLSettings:
 
   steps: int
   prompts_per_step: int
-  controller: dict[str, Any]  # kwargs of adaptive.sample_groups (rule, n, M, ...)
-  rounds: rollout.RoundSettings
+  controller: adaptive.ControllerSettings  # rule, n, M, rounds, slots, ...
+  sampling: rollout.SamplingSettings
   update: update.UpdateSettings
   lr: float = 1e-6
   warmup: int = 10
@@ -89,20 +90,22 @@ class Trainer:
     writer: metrics_lib.MetricsWriter,
     checkpointer: checkpoint_lib.Checkpointer | None,
     seed: int = 0,
-    verify_fn: Callable[..., np.ndarray] | None = None,
+    scorer: scoring.Scorer | None = None,
     batch_hook: Callable[[int, dict[str, Any]], dict[str, Any]] | None = None,
   ):
     """Wires the parts.
 
-    `batch_hook(step, batch)`, if given, may replace the training batch right
-    before the update (fault injection in tests).
+    `scorer` decodes and verifies every sample (default: `tok` and the
+    verifier's defaults). `batch_hook(step, batch)`, if given, may replace
+    the training batch right before the update (fault injection in tests).
     """
     self.graphdef, self.state = nnx.split(model)
     self.config = model.config
     self.mesh, self.tok, self.rl, self.sft, self.tx = mesh, tok, rl, sft, tx
     self.bucket = prompt_bucket
     self.writer, self.ckpt, self.seed = writer, checkpointer, seed
-    self.verify_fn, self.batch_hook = verify_fn, batch_hook
+    self.scorer = scorer or scoring.Scorer(tok)
+    self.batch_hook = batch_hook
     self.train_examples, self.eval_examples = list(train_examples), list(eval_examples)
     # SFT's own problems (None: the RL prompts themselves).
     self.sft_examples = list(sft_examples) if sft_examples is not None else None
@@ -123,13 +126,7 @@ class Trainer:
     self.step = 0  # RL steps done.
     self.sft_done = sft.steps == 0
     self.rng = jax.random.key(seed)
-    self.rows = adaptive.max_rows(
-      rl.prompts_per_step,
-      rule=rl.controller['rule'],
-      group_size=rl.controller['group_size'],
-      slots=rl.rounds.slots,
-      target_groups=rl.controller.get('target_groups'),
-    )
+    self.rows = rl.controller.max_rows(rl.prompts_per_step)
     self._resharder = resharder.Resharder(mesh, sharding.SAMPLE_RULES)
 
   def _pinned_update(self, tx, pinned) -> tuple[Callable[..., Any], Any]:
@@ -250,7 +247,7 @@ class Trainer:
       return
     rs = np.random.RandomState(self.seed + 1)
     examples = self.train_examples if self.sft_examples is None else self.sft_examples
-    kw = dict(prompt_len=self.bucket, max_new_tokens=self.rl.rounds.max_new_tokens)
+    kw = dict(prompt_len=self.bucket, max_new_tokens=self.rl.sampling.max_new_tokens)
     boxed = sft_lib.teacher_forcing_rows(self.tok, examples, **kw)
     # The imperfect teacher: each drawn row is bare with 1 - boxed_share.
     bare = None
@@ -258,7 +255,7 @@ class Trainer:
       bare = sft_lib.teacher_forcing_rows(self.tok, examples, boxed=False, **kw)
     opt = update.make_optimizer()
     sft_update, opt_state = self._pinned_update(opt, update.sft_update_pinned)
-    bar = tqdm(range(1, self.sft.steps + 1), desc='sft', leave=False)
+    bar = progress_lib.progress(range(1, self.sft.steps + 1), desc='sft', leave=False)
     for step in bar:
       batch = sft_lib.draw_batch(
         rs, boxed, bare, self.sft.batch_size, self.sft.boxed_share
@@ -301,23 +298,17 @@ class Trainer:
   # Evaluation.
 
   def _score(self, examples, *, k, temperature, rng, progress=None):
-    tokens, mask = self.encode(examples)
-    r = self.rl.rounds
-    return scoring.sample_and_score(
+    return scoring.score_examples(
       self.sampling_model(),
-      self.tok,
-      tokens,
-      mask,
-      [e.reference for e in examples],
-      slots=r.slots,
+      self.scorer,
+      examples,
+      prompt_bucket=self.bucket,
+      slots=self.rl.controller.slots,
       k=k,
-      max_new_tokens=r.max_new_tokens,
+      max_new_tokens=self.rl.sampling.max_new_tokens,
       rng=rng,
       temperature=temperature,
-      eos_ids=r.eos_ids,
-      verifier_timeout_s=r.verifier_timeout_s,
-      verifier_workers=r.verifier_workers,
-      verify_fn=self.verify_fn,
+      eos_ids=self.rl.sampling.eos_ids,
       progress=progress,
     )
 
@@ -348,7 +339,7 @@ class Trainer:
     correct, _ = self._score(
       ex,
       k=self.rl.histogram_k,
-      temperature=self.rl.rounds.temperature,
+      temperature=self.rl.sampling.temperature,
       rng=jax.random.key(1),
       progress='pass rates',
     )
@@ -366,16 +357,15 @@ class Trainer:
     sample_model = self.sampling_model()
     out = rollout.run_step(
       sample_model,
-      self.tok,
+      self.scorer,
       tokens,
       mask,
       [e.reference for e in examples],
-      settings=self.rl.rounds,
-      rng=rng,
       controller=self.rl.controller,
+      sampling=self.rl.sampling,
+      rng=rng,
       prompt_keys=[e.prompt_key for e in examples],
       history=self.history,
-      verify_fn=self.verify_fn,
     )
     self.history = out.groups.history
     del sample_model  # Free the sampling copy of the weights before the update.
@@ -423,7 +413,7 @@ class Trainer:
     g = out.groups
     live = ~np.isnan(out.rewards)
     lengths = out.lengths[live]
-    n = self.rl.rounds.max_new_tokens
+    n = self.rl.sampling.max_new_tokens
     row = dict(g.metrics)
     row.update(
       step=self.step,
