@@ -23,22 +23,11 @@ M rounds, R training rows, V vocab.
 
 from __future__ import annotations
 
+import argparse
 import os
 import re
 import sys
-
-from absl import app, flags
-from ml_collections import config_flags
-
-_CONFIG = config_flags.DEFINE_config_file(
-  'config', None, 'Config file[:arg].', lock_config=True
-)
-_DEVICES = flags.DEFINE_integer(
-  'devices', None, 'JAX devices (chips); default from the tpu= preset.'
-)
-_HBM = flags.DEFINE_float(
-  'hbm-gib', None, 'HBM per device in GiB; default from the tpu= preset.'
-)
+from collections.abc import Sequence
 
 # Cores-counted pod names (v4, v5p: two TensorCores per chip, one JAX device).
 _CORES_PER_CHIP = {'v2': 2, 'v3': 2, 'v4': 2, 'v5p': 2, 'v5e': 1, 'v6e': 1}
@@ -203,17 +192,35 @@ def report(c, spec: str, devices: int | None, hbm_gib: float | None) -> str:
   return '\n'.join(lines)
 
 
-def main(argv) -> None:
-  """Entry point (absl app)."""
-  del argv
-  if _CONFIG.value is None:
-    sys.exit('usage: python -m ada_jax.plan --config CONFIG[:tpu=PRESET]')
-  spec = config_flags.get_config_filename(flags.FLAGS['config'])
+def parser() -> argparse.ArgumentParser:
+  """--config, --devices, --hbm-gib; `--config.key=value` overrides pass through."""
+  p = argparse.ArgumentParser(
+    prog='python -m ada_jax.plan', description=__doc__.splitlines()[0]
+  )
+  p.add_argument('--config', required=True, help='configs/NAME.py[:tpu=PRESET,...]')
+  p.add_argument(
+    '--devices', type=int, default=None, help='JAX devices (chips); default: tpu='
+  )
+  p.add_argument(
+    '--hbm-gib', type=float, default=None, help='HBM per device; default: tpu='
+  )
+  return p
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+  """Command line (see the module docstring)."""
+  p = parser()
+  args, rest = p.parse_known_args(argv)
+  if any(not a.startswith('--config.') for a in rest):
+    p.error(f'unknown arguments {rest} (only --config.KEY=VALUE pass through)')
+  from ada_jax import from_config
+
   try:
-    print(report(_CONFIG.value, spec, _DEVICES.value, _HBM.value))
+    c = from_config.load(args.config, rest)
+    print(report(c, args.config, args.devices, args.hbm_gib))
   except ValueError as e:
     sys.exit(f'plan: {e}')
 
 
 if __name__ == '__main__':
-  app.run(main)
+  main()

@@ -5,7 +5,8 @@ A workdir belongs to the main job that trains in it (`python -m ada_jax.main
 prompt selection restore params through a read-only checkpoint reader and
 build what they need (the tiny tokenizer, datasets) elsewhere; their own
 outputs go where they are told (`--out`), and `--out` may not be a run
-directory (`refuse_run_dir`). This holds on gs:// workdirs too, which have
+directory (`refuse_run_dir`); the one exception is evaluate's default
+`--out`, the run's own `eval/` subdirectory, which no run file lives in. This holds on gs:// workdirs too, which have
 no atomic rename to lock with: nothing is locked, readers simply never
 write.
 
