@@ -7,6 +7,11 @@ metadata; `sharding.py`'s rules map them onto the mesh.
 Numerics follow the HF reference implementations: RMSNorm and RoPE in fp32,
 attention softmax in fp32, logits in fp32 whatever the compute dtype.
 
+Attention itself lives in attention.py (dense, chunked or splash, chosen by
+`ModelConfig.attention` and the call's shapes; decode is always dense).
+`ModelConfig.remat='block'` rematerializes each decoder block's forward in the
+backward (only calls with T > 1: decode is never differentiated).
+
 Dimension legend:
   B: batch rows            T: query tokens of this call
   S: cache length          D: model width (hidden_size)
@@ -26,6 +31,8 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from ada_jax import attention as attention_lib
+
 Array = jax.Array
 
 # Logical axis names (see sharding.py for the rules that map them to mesh axes).
@@ -38,7 +45,7 @@ VOCAB, EMBED, Q_HEADS, KV_HEADS, HEAD_DIM, MLP, NORM = (
   'mlp',
   'norm',
 )
-_MASK_VALUE = -0.7 * float(jnp.finfo(jnp.float32).max)
+REMAT = ('none', 'block')
 
 
 @dataclasses.dataclass(frozen=True)
@@ -67,6 +74,11 @@ class ModelConfig:
   eos_token_id: int | tuple[int, ...] | None = None
   param_dtype: Any = jnp.float32
   dtype: Any = jnp.float32  # compute dtype; logits are always fp32.
+  # Static execution choices (they change memory and speed, not the params):
+  # attention: 'auto' | 'dense' | 'chunked' | 'splash' (see attention.py);
+  # remat: 'none' | 'block' (each decoder block recomputed in the backward).
+  attention: str = 'auto'
+  remat: str = 'none'
 
   def __post_init__(self):
     if self.num_heads % self.num_kv_heads:
@@ -74,6 +86,12 @@ class ModelConfig:
         f'num_heads={self.num_heads} is not a multiple of '
         f'num_kv_heads={self.num_kv_heads}'
       )
+    if self.attention not in attention_lib.IMPLEMENTATIONS:
+      raise ValueError(
+        f'attention={self.attention!r}: use one of {attention_lib.IMPLEMENTATIONS}'
+      )
+    if self.remat not in REMAT:
+      raise ValueError(f'remat={self.remat!r}: use one of {REMAT}')
 
   @property
   def rope_scaling_dict(self) -> dict[str, Any] | None:
@@ -109,22 +127,6 @@ def init_cache(
 def positions_from_mask(mask: Array) -> Array:
   """RoPE positions [B, T] from a 0/1 mask: left padding does not shift them."""
   return jnp.maximum(jnp.cumsum(mask.astype(jnp.int32), axis=-1) - 1, 0)
-
-
-def attention_mask(query_index: Array, kv_valid: Array) -> Array:
-  """The one mask builder: causal on cache indices, padding, cache validity.
-
-  Args:
-    query_index: int [B, T], the cache index each query token occupies.
-    kv_valid: bool [B, S], cache slots holding real tokens (after this call's
-      writes).
-
-  Returns:
-    bool [B, 1, T, S]: True where query t may attend to key s.
-  """
-  s = jnp.arange(kv_valid.shape[-1], dtype=jnp.int32)
-  causal = s[None, None, :] <= query_index[:, :, None]
-  return (causal & kv_valid[:, None, :])[:, None]
 
 
 def rope_inv_freq(config: ModelConfig) -> Array:
@@ -217,10 +219,11 @@ class Attention(nnx.Module):
     x: Array,
     positions: Array,
     inv_freq: Array,
-    mask: Array,
+    mask: attention_lib.AttentionMask,
     k_cache: Array,
     v_cache: Array,
     write_index: Array,
+    impl: str,
   ) -> tuple[Array, Array, Array]:
     c = self.config
     dt = c.dtype
@@ -238,17 +241,7 @@ class Attention(nnx.Module):
     k_cache = write_cache(k_cache, k.transpose(0, 2, 1, 3), write_index, axis=2)
     v_cache = write_cache(v_cache, v.transpose(0, 2, 1, 3), write_index, axis=2)
 
-    b, t, h, kd = q.shape
-    g = c.num_kv_heads
-    qg = q.reshape(b, t, g, h // g, kd)
-    scores = jnp.einsum(
-      'btgrk,bgsk->bgrts', qg, k_cache.astype(dt), preferred_element_type=jnp.float32
-    )
-    scores = scores / math.sqrt(kd)
-    scores = jnp.where(mask[:, :, None], scores, _MASK_VALUE)
-    probs = jax.nn.softmax(scores, axis=-1).astype(dt)
-    out = jnp.einsum('bgrts,bgsk->btgrk', probs, v_cache.astype(dt))
-    out = out.reshape(b, t, h, kd)
+    out = attention_lib.attend(q, k_cache, v_cache, mask, impl, dt)
     y = jnp.einsum('bthk,hkd->btd', out, self.o[...].astype(dt))
     if c.o_bias:
       y = y + self.o_bias[...].astype(dt)
@@ -303,13 +296,48 @@ class Block(nnx.Module):
     self.mlp_norm = RMSNorm(c.hidden_size, c.rms_norm_eps, c.param_dtype)
     self.mlp = FeedForward(c, rngs)
 
-  def __call__(self, x, positions, inv_freq, mask, k_cache, v_cache, write_index):
+  def __call__(
+    self,
+    x: Array,
+    positions: Array,
+    inv_freq: Array,
+    mask: attention_lib.AttentionMask,
+    k_cache: Array,
+    v_cache: Array,
+    write_index: Array,
+    impl: str,
+  ) -> tuple[Array, Array, Array]:
     y, k_cache, v_cache = self.attn(
-      self.attn_norm(x), positions, inv_freq, mask, k_cache, v_cache, write_index
+      self.attn_norm(x), positions, inv_freq, mask, k_cache, v_cache, write_index, impl
     )
     x = x + y
     x = x + self.mlp(self.mlp_norm(x))
     return x, k_cache, v_cache
+
+
+def _remat_block(layer: Block, impl: str, *args: Any) -> tuple[Array, Array, Array]:
+  """Runs `layer` under jax.checkpoint, saving nothing inside it.
+
+  The backward keeps only the block's inputs (x [B, T, D] and what the layers
+  share: positions, mask, params) and recomputes the block, attention's
+  forward included. Values and gradients are those of the plain call.
+
+  The recomputation is kept apart from the forward by jax.checkpoint's
+  optimization barriers (XLA on GPU removes them only after scheduling). XLA
+  on CPU removes them during optimization (none is left in the compiled HLO)
+  and merges most of the recomputation back into the forward, so on CPU this
+  saves little: 28 blocks, B=8, T=256, D=256, temp 1673 MiB vs 1785 MiB
+  without remat, where the same remat in a scan over the layers (which fixes
+  the order) gives 260 MiB (benchmarks/compile_time.py). TPU is not
+  measurable here.
+  """
+  graphdef, state = nnx.split(layer)
+
+  @functools.partial(jax.checkpoint, policy=jax.checkpoint_policies.nothing_saveable)
+  def run(state, *args):
+    return nnx.merge(graphdef, state)(*args, impl)
+
+  return run(state, *args)
 
 
 class Transformer(nnx.Module):
@@ -353,20 +381,23 @@ class Transformer(nnx.Module):
     """
     c = self.config
     b, t = tokens.shape
+    impl = attention_lib.resolve(c.attention, t, cache.valid.shape[-1])
     write_index = jnp.asarray(write_index, jnp.int32)
     valid = write_cache(cache.valid, token_mask.astype(jnp.bool_), write_index)
     start = write_index if write_index.ndim == 0 else write_index[:, None]
     query_index = start + jnp.arange(t, dtype=jnp.int32)[None, :]
     query_index = jnp.broadcast_to(query_index, (b, t))
-    mask = attention_mask(query_index, valid)
+    mask = attention_lib.make_mask(query_index, valid, impl)
     inv_freq = rope_inv_freq(c)
 
     x = jnp.take(self.embed[...], tokens, axis=0).astype(c.dtype)
     new_k, new_v = [], []
     for i, layer in enumerate(self.layers):
-      x, k_i, v_i = layer(
-        x, positions, inv_freq, mask, cache.k[i], cache.v[i], write_index
-      )
+      args = (x, positions, inv_freq, mask, cache.k[i], cache.v[i], write_index)
+      if c.remat == 'block' and t > 1:
+        x, k_i, v_i = _remat_block(layer, impl, *args)
+      else:
+        x, k_i, v_i = layer(*args, impl)
       new_k.append(k_i)
       new_v.append(v_i)
     x = self.final_norm(x)
@@ -412,6 +443,25 @@ def logits(model: Transformer, tokens: Array, mask: Array) -> Array:
 def create_model(config: ModelConfig, seed: int = 0) -> Transformer:
   """A randomly initialised model on the default device (see sharding.create_sharded_model)."""
   return Transformer(config, rngs=nnx.Rngs(seed))
+
+
+# Config fields that change how the model runs, never its params.
+_EXECUTION_FIELDS = ('attention', 'remat', 'dtype')
+
+
+def with_config(model: Transformer, **changes: Any) -> Transformer:
+  """The same params (shared, not copied) under a config with `changes`.
+
+  Only execution fields may change (attention, remat, dtype); e.g.
+  `with_config(hf.load_model(path), attention='chunked', remat='block')`.
+  """
+  bad = sorted(set(changes) - set(_EXECUTION_FIELDS))
+  if bad:
+    raise ValueError(f'with_config: {bad} change the params; only {_EXECUTION_FIELDS}')
+  config = dataclasses.replace(model.config, **changes)
+  abstract = nnx.eval_shape(lambda: Transformer(config, rngs=nnx.Rngs(0)))
+  graphdef, _ = nnx.split(abstract)
+  return nnx.merge(graphdef, nnx.state(model))
 
 
 def count_params(model: Transformer) -> int:

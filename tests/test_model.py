@@ -4,19 +4,29 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from flax import nnx
 
-from ada_jax import hf
+from ada_jax import attention, hf
 from ada_jax import model as model_lib
 from tests import hf_fixtures
 
 
+@pytest.fixture
+def small_blocks(monkeypatch):
+  """Chunked block caps that split the tests' short T into uneven blocks."""
+  monkeypatch.setattr(attention, 'BLOCK_Q', 16)
+  monkeypatch.setattr(attention, 'BLOCK_K', 8)
+
+
+@pytest.mark.parametrize('impl', ['auto', 'chunked'])
 @pytest.mark.parametrize('variant', list(hf_fixtures.VARIANTS))
-def test_logits_match_transformers_left_padded(hf_models, variant):
+def test_logits_match_transformers_left_padded(hf_models, variant, impl, small_blocks):
   path, torch_model = hf_models[variant]
   tokens, mask = hf_fixtures.left_padded_batch(
     np.random.RandomState(0), [24, 17, 5, 1], 24
   )
-  ours = np.asarray(model_lib.logits(hf.load_model(path), tokens, mask))
+  model = model_lib.with_config(hf.load_model(path), attention=impl)
+  ours = np.asarray(model_lib.logits(model, tokens, mask))
   ref = hf_fixtures.torch_logits(torch_model, tokens, mask)
   real = mask.astype(bool)
   assert ours.dtype == np.float32 and ours.shape == (4, 24, hf_fixtures.VOCAB)
@@ -87,9 +97,44 @@ def test_bf16_compute_gives_fp32_logits_close_to_fp32(hf_models):
 
 
 def test_every_param_has_logical_axes(hf_models):
-  from flax import nnx
-
   model = hf.load_model(hf_models['qwen3'][0])
   for path, var in nnx.to_flat_state(nnx.state(model, nnx.Param)):
     axes = var.get_metadata().get('axes')
     assert axes is not None and len(axes) == var.get_value().ndim, path
+
+
+def _grads(model, tokens, mask):
+  graphdef, state = nnx.split(model)
+
+  def loss(state):
+    logits = nnx.merge(graphdef, state).forward(tokens, mask)
+    logp = jax.nn.log_softmax(logits[:, :-1], axis=-1)
+    tgt = jnp.take_along_axis(logp, tokens[:, 1:, None], axis=-1)[..., 0]
+    w = mask[:, 1:].astype(jnp.float32)
+    return -jnp.sum(tgt * w) / jnp.sum(w), logits
+
+  return jax.jit(jax.value_and_grad(loss, has_aux=True))(state)
+
+
+@pytest.mark.parametrize('impl', ['dense', 'chunked'])
+def test_remat_block_keeps_values_and_gradients(hf_models, impl, small_blocks):
+  model = model_lib.with_config(hf.load_model(hf_models['qwen3'][0]), attention=impl)
+  remat = model_lib.with_config(model, remat='block')
+  tokens, mask = hf_fixtures.left_padded_batch(np.random.RandomState(6), [24, 9], 24)
+  tokens, mask = jnp.asarray(tokens), jnp.asarray(mask)
+  (loss_a, logits_a), grads_a = _grads(model, tokens, mask)
+  (loss_b, logits_b), grads_b = _grads(remat, tokens, mask)
+  np.testing.assert_allclose(logits_b, logits_a, atol=1e-6)
+  np.testing.assert_allclose(loss_b, loss_a, atol=1e-6)
+  for a, b in zip(jax.tree.leaves(grads_a), jax.tree.leaves(grads_b), strict=True):
+    np.testing.assert_allclose(b, a, atol=1e-6)
+
+
+def test_with_config_shares_params_and_rejects_shape_changes(hf_models):
+  model = hf.load_model(hf_models['qwen2_tied'][0])
+  other = model_lib.with_config(model, attention='chunked', remat='block')
+  assert (other.config.attention, other.config.remat) == ('chunked', 'block')
+  assert model.config.attention == 'auto' and model.config.remat == 'none'
+  assert other.embed.get_value() is model.embed.get_value()
+  with pytest.raises(ValueError, match='num_layers'):
+    model_lib.with_config(model, num_layers=1)

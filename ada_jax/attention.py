@@ -1,0 +1,483 @@
+"""Attention for the policy: one entry point, three implementations.
+
+Every attention call of the model (training forward, prefill, decode) goes
+through `attend`, with an implementation resolved statically by `resolve` from
+`ModelConfig.attention` and the call's shapes:
+
+  dense    scores [B, G, R, T, S] in fp32, masked, softmaxed in fp32. The
+           reference, and the decode path (T = 1 against a cache) whatever
+           the config says.
+  chunked  online-softmax (flash-style) blockwise attention in plain JAX: a
+           scan over query blocks of BLOCK_Q, inside it a loop over key blocks
+           of BLOCK_K, fp32 running max / sum / accumulator; the live block is
+           [B, G, R, tq, tk] and neither the [B, 1, T, S] mask nor the
+           [B, G, R, T, S] scores ever exist. The loop over key blocks stops
+           at the last block any query of the block may see (causal skip:
+           about half the work of dense for a causal prompt). A custom_vjp
+           gives it the flash backward: the forward keeps q, k, v (in block
+           layout), the output and the fp32 log-sum-exp [B, G, R, T], and the
+           backward recomputes each block's scores from them, so autodiff
+           memory is O(B H T K) instead of O(B H T S). Runs on every backend;
+           any T and S (padded up to whole blocks; padded keys are invalid,
+           padded queries see nothing and are cut off).
+  splash   the TPU Pallas kernel `splash_attention`, for T > 1 without a cache
+           prefix (S == T: training forward, prefill). Causal mask on cache
+           indices, left padding as segment ids (0 on padding tokens, 1 on
+           real ones: a real query then sees exactly the real keys at or
+           before it, as dense does), GQA through the kernel's MHA form (KV
+           heads a divisor of the query heads). Under pjit it runs inside
+           `shard_map` over the mesh of its inputs' avals: rows over
+           ('data', 'fsdp'), heads over 'tensor' (KV heads repeated to the
+           query heads when only those divide the tensor axis).
+  auto     splash on TPU when S == T and T >= CHUNKED_MIN_T, chunked
+           elsewhere for T >= CHUNKED_MIN_T, dense below (short prompts, the
+           tiny config's T = 64, and decode).
+
+Numerics everywhere: scores scaled by 1/sqrt(K), fp32 scores and softmax,
+output cast to the compute dtype. Masked entries get MASK_VALUE (finite), so
+a query with nothing to attend to (a padding token) gets a finite average of
+values and no NaN reaches values or gradients. Real queries always see at
+least their own key, so their results do not depend on that choice; outputs
+at padding positions differ between implementations (dense averages all S
+values, chunked the ones in the blocks it visits, splash the padding keys at
+or before it) and are meaningless everywhere.
+
+Splash off TPU: the kernel runs in Pallas interpret mode (slow; for tests).
+Checked on jax 0.10.2 (tests/test_attention.py): interpret mode runs on CPU
+and matches dense; `jax.export(..., platforms=['tpu'])` cross-lowers a
+sharded forward+backward with the Mosaic kernel from a CPU host. Mosaic
+compiles the kernel only on a TPU, so block-size or head-dim limits of the
+real kernel show up there first.
+
+Dimension legend:
+  B: batch rows          T: query tokens of this call
+  S: keys (cache slots)  H: query heads
+  G: KV heads            R: query heads per KV head (H // G)
+  K: head dim            tq, tk: query / key block sizes
+  nq, nk: query / key blocks (T and S padded up to whole blocks)
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+from jax.sharding import PartitionSpec
+
+from ada_jax.infra.mesh import BATCH_AXES
+
+Array = jax.Array
+
+IMPLEMENTATIONS = ('auto', 'dense', 'chunked', 'splash')
+# 'auto' goes blockwise from this many query tokens on. Below it the dense
+# scores are small (T = 256: 256 KiB per row and head) and one fused softmax
+# is faster than a loop.
+CHUNKED_MIN_T = 512
+# Chunked block caps. A [tq, tk] fp32 block is 1 MiB per row and head; the
+# flash backward holds about four of them (scores, probs, dp, ds).
+BLOCK_Q = 512
+BLOCK_K = 512
+# Splash tiles: multiples of 128 (the lane width) that divide the padded T.
+_SPLASH_BLOCKS = (512, 256, 128)
+_SPLASH_ALIGN = 128
+MASK_VALUE = -0.7 * float(jnp.finfo(jnp.float32).max)
+
+
+class AttentionMask(NamedTuple):
+  """What each query may see, in the form its implementation wants.
+
+  query_index: int [B, T], the cache index of each query token.
+  kv_valid: bool [B, S], cache slots holding real tokens (after this call's
+    writes).
+  dense: bool [B, 1, T, S] (dense only, else None): the full mask, built once
+    per call and shared by the layers.
+  """
+
+  query_index: Array
+  kv_valid: Array
+  dense: Array | None = None
+
+
+def resolve(attention: str, t: int, s: int, backend: str | None = None) -> str:
+  """The implementation ('dense' | 'chunked' | 'splash') for T queries, S keys.
+
+  Static: depends on the config string, the shapes and the backend only.
+  Decode (T = 1) is always dense; splash needs S == T (no cache prefix) and
+  falls back to chunked otherwise.
+  """
+  if attention not in IMPLEMENTATIONS:
+    raise ValueError(f'attention={attention!r}: use one of {IMPLEMENTATIONS}')
+  if t == 1 or attention == 'dense':
+    return 'dense'
+  if attention == 'chunked':
+    return 'chunked'
+  if attention == 'splash':
+    return 'splash' if s == t else 'chunked'
+  if t < CHUNKED_MIN_T:
+    return 'dense'
+  backend = backend or jax.default_backend()
+  return 'splash' if backend == 'tpu' and s == t else 'chunked'
+
+
+def make_mask(query_index: Array, kv_valid: Array, impl: str) -> AttentionMask:
+  """The AttentionMask for `impl`; only dense gets the [B, 1, T, S] bool."""
+  dense = dense_mask(query_index, kv_valid) if impl == 'dense' else None
+  return AttentionMask(query_index, kv_valid, dense)
+
+
+def dense_mask(query_index: Array, kv_valid: Array) -> Array:
+  """The full mask: causal on cache indices, padding, cache validity.
+
+  Args:
+    query_index: int [B, T], the cache index each query token occupies.
+    kv_valid: bool [B, S], cache slots holding real tokens (after this call's
+      writes).
+
+  Returns:
+    bool [B, 1, T, S]: True where query t may attend to key s.
+  """
+  s = jnp.arange(kv_valid.shape[-1], dtype=jnp.int32)
+  causal = s[None, None, :] <= query_index[:, :, None]
+  return (causal & kv_valid[:, None, :])[:, None]
+
+
+def attend(
+  q: Array,
+  k_cache: Array,
+  v_cache: Array,
+  mask: AttentionMask,
+  impl: str,
+  dtype: Any,
+) -> Array:
+  """Attention output [B, T, H, K] in `dtype`.
+
+  Args:
+    q: [B, T, H, K] queries (RoPE applied), compute dtype.
+    k_cache: [B, G, S, K] keys, this call's included (cache dtype).
+    v_cache: [B, G, S, K] values.
+    mask: from `make_mask` with the same `impl`.
+    impl: a resolved implementation (see `resolve`).
+    dtype: the compute dtype.
+  """
+  k, v = k_cache.astype(dtype), v_cache.astype(dtype)
+  if impl == 'dense':
+    return dense_attention(q, k, v, mask.dense, dtype)
+  if impl == 'chunked':
+    return chunked_attention(q, k, v, mask.query_index, mask.kv_valid)
+  if impl == 'splash':
+    if k.shape[2] != q.shape[1]:
+      raise ValueError(f'splash needs S == T, got S={k.shape[2]}, T={q.shape[1]}')
+    # S == T: this call wrote every slot from index 0, so validity is the
+    # token mask and cache order is sequence order.
+    return splash_attention(q, k, v, mask.kv_valid.astype(jnp.int32))
+  raise ValueError(f'unknown attention implementation {impl!r}')
+
+
+def dense_attention(q: Array, k: Array, v: Array, mask: Array, dtype: Any) -> Array:
+  """The reference: q [B, T, H, K], k/v [B, G, S, K], mask bool [B, 1, T, S]."""
+  b, t, h, kd = q.shape
+  g = k.shape[1]
+  qg = q.reshape(b, t, g, h // g, kd)
+  scores = jnp.einsum('btgrk,bgsk->bgrts', qg, k, preferred_element_type=jnp.float32)
+  scores = scores / math.sqrt(kd)
+  scores = jnp.where(mask[:, :, None], scores, MASK_VALUE)
+  probs = jax.nn.softmax(scores, axis=-1).astype(dtype)
+  out = jnp.einsum('bgrts,bgsk->btgrk', probs, v)
+  return out.reshape(b, t, h, kd)
+
+
+# ---------------------------------------------------------------- chunked
+
+
+def block_size(n: int, cap: int) -> tuple[int, int]:
+  """(block, count) covering n: ceil(n / cap) blocks, each a multiple of 8.
+
+  The fewest blocks of at most `cap` (rounded up to 8), as even as possible,
+  so padding stays under 8 * count: T = 3072, cap 512 -> 6 x 512; T = 600 ->
+  2 x 304; T = 24 -> 1 x 24.
+  """
+  count = -(-n // cap)
+  block = -(-n // count)
+  return -(-block // 8) * 8, count
+
+
+def chunked_attention(
+  q: Array,
+  k: Array,
+  v: Array,
+  query_index: Array,
+  kv_valid: Array,
+  *,
+  block_q: int | None = None,
+  block_k: int | None = None,
+) -> Array:
+  """Blockwise attention: q [B, T, H, K], k/v [B, G, S, K] -> [B, T, H, K].
+
+  Same visibility as dense (key s visible to query t iff s <= query_index[t]
+  and kv_valid[s]), never materialising [T, S]. Output in q's dtype.
+  """
+  b, t, h, kd = q.shape
+  g, s = k.shape[1], k.shape[2]
+  r = h // g
+  tq, nq = block_size(t, block_q or BLOCK_Q)
+  tk, nk = block_size(s, block_k or BLOCK_K)
+  # [B, T, H, K] -> [nq, B, G, R, tq, K]; padded queries get index -1 (they
+  # see nothing, and do not extend any block's key range).
+  qb = jnp.pad(q.reshape(b, t, g, r, kd), ((0, 0), (0, nq * tq - t), *[(0, 0)] * 3))
+  qb = qb.reshape(b, nq, tq, g, r, kd).transpose(1, 0, 3, 4, 2, 5)
+  qi = jnp.pad(
+    query_index.astype(jnp.int32), ((0, 0), (0, nq * tq - t)), constant_values=-1
+  )
+  qi = qi.reshape(b, nq, tq).transpose(1, 0, 2)
+  # [B, G, S, K] -> [nk, B, G, tk, K]; padded keys are invalid.
+  pad_k = ((0, 0), (0, 0), (0, nk * tk - s), (0, 0))
+  kb = jnp.pad(k, pad_k).reshape(b, g, nk, tk, kd).transpose(2, 0, 1, 3, 4)
+  vb = jnp.pad(v, pad_k).reshape(b, g, nk, tk, kd).transpose(2, 0, 1, 3, 4)
+  valid = jnp.pad(kv_valid.astype(jnp.bool_), ((0, 0), (0, nk * tk - s)))
+  valid = valid.reshape(b, nk, tk).transpose(1, 0, 2)
+  out = _flash(qb, kb, vb, qi, valid)  # [nq, B, G, R, tq, K]
+  out = out.transpose(1, 0, 4, 2, 3, 5).reshape(b, nq * tq, h, kd)
+  return out[:, :t]
+
+
+def _key_blocks(qi: Array, tk: int, nk: int) -> Array:
+  """How many key blocks a query block needs: up to its largest index."""
+  return jnp.clip(jnp.max(qi) // tk + 1, 1, nk)
+
+
+def _block_scores(qb: Array, kb: Array, qi: Array, valid: Array, j, tk: int):
+  """Masked fp32 scores [B, G, R, tq, tk] of key block j, and bool [B, tq, tk]."""
+  kd = qb.shape[-1]
+  s = jnp.einsum('bgrqk,bgsk->bgrqs', qb, kb, preferred_element_type=jnp.float32)
+  s = s / math.sqrt(kd)
+  key = j * tk + jnp.arange(tk, dtype=jnp.int32)
+  allowed = (key[None, None, :] <= qi[:, :, None]) & valid[:, None, :]
+  return jnp.where(allowed[:, None, None], s, MASK_VALUE), allowed
+
+
+# jit on the forward and backward bodies: every layer has the same shapes, so
+# they are traced and lowered once per model, not once per layer.
+@jax.jit
+def _flash_forward(q, k, v, qi, valid):
+  """(out [nq, B, G, R, tq, K] in q's dtype, lse fp32 [nq, B, G, R, tq])."""
+  nk, tk = k.shape[0], k.shape[3]
+  dt = q.dtype
+
+  def q_block(_, xs):
+    qb, qib = xs
+
+    def body(j, carry):
+      m, total, acc = carry
+      s, _ = _block_scores(qb, k[j], qib, valid[j], j, tk)
+      m_new = jnp.maximum(m, jnp.max(s, axis=-1))
+      alpha = jnp.exp(m - m_new)
+      p = jnp.exp(s - m_new[..., None])
+      total = alpha * total + jnp.sum(p, axis=-1)
+      pv = jnp.einsum(
+        'bgrqs,bgsk->bgrqk', p.astype(dt), v[j], preferred_element_type=jnp.float32
+      )
+      return m_new, total, alpha[..., None] * acc + pv
+
+    # Starting the max at MASK_VALUE (not -inf) keeps every exponent finite:
+    # a fully masked row ends with m = MASK_VALUE and total >= 1.
+    init = (
+      jnp.full(qb.shape[:-1], MASK_VALUE, jnp.float32),
+      jnp.zeros(qb.shape[:-1], jnp.float32),
+      jnp.zeros(qb.shape, jnp.float32),
+    )
+    m, total, acc = jax.lax.fori_loop(0, _key_blocks(qib, tk, nk), body, init)
+    return None, ((acc / total[..., None]).astype(dt), m + jnp.log(total))
+
+  _, (out, lse) = jax.lax.scan(q_block, None, (q, qi))
+  return out, lse
+
+
+@jax.custom_vjp
+def _flash(q, k, v, qi, valid):
+  return _flash_forward(q, k, v, qi, valid)[0]
+
+
+def _flash_fwd(q, k, v, qi, valid):
+  out, lse = _flash_forward(q, k, v, qi, valid)
+  return out, (q, k, v, qi, valid, out, lse)
+
+
+def _flash_bwd(res, d_out):
+  return (*_flash_backward(*res, d_out), None, None)
+
+
+@jax.jit
+def _flash_backward(q, k, v, qi, valid, out, lse, d_out):
+  """(dq, dk, dv): each block's probabilities recomputed from lse; fp32 sums."""
+  nk, tk = k.shape[0], k.shape[3]
+  dt = q.dtype
+  scale = math.sqrt(q.shape[-1])
+  # D = rowsum(dO * O) = sum_s P * dP: the softmax Jacobian's diagonal term.
+  delta = jnp.sum(d_out.astype(jnp.float32) * out.astype(jnp.float32), axis=-1)
+
+  def q_block(carry, xs):
+    qb, qib, dob, lseb, db = xs
+
+    def body(j, c):
+      dq, dk, dv = c
+      kj, vj = k[j], v[j]
+      s, allowed = _block_scores(qb, kj, qib, valid[j], j, tk)
+      p = jnp.exp(s - lseb[..., None])
+      dv_j = jnp.einsum(
+        'bgrqs,bgrqk->bgsk', p.astype(dt), dob, preferred_element_type=jnp.float32
+      )
+      dp = jnp.einsum('bgrqk,bgsk->bgrqs', dob, vj, preferred_element_type=jnp.float32)
+      # Masked scores are constants (MASK_VALUE): no gradient flows to them.
+      ds = jnp.where(allowed[:, None, None], p * (dp - db[..., None]), 0.0) / scale
+      ds = ds.astype(dt)
+      dq = dq + jnp.einsum(
+        'bgrqs,bgsk->bgrqk', ds, kj, preferred_element_type=jnp.float32
+      )
+      dk_j = jnp.einsum('bgrqs,bgrqk->bgsk', ds, qb, preferred_element_type=jnp.float32)
+      dk = jax.lax.dynamic_update_index_in_dim(dk, dk[j] + dk_j, j, 0)
+      dv = jax.lax.dynamic_update_index_in_dim(dv, dv[j] + dv_j, j, 0)
+      return dq, dk, dv
+
+    dq0 = jnp.zeros(qb.shape, jnp.float32)
+    dq, dk, dv = jax.lax.fori_loop(0, _key_blocks(qib, tk, nk), body, (dq0, *carry))
+    return (dk, dv), dq.astype(dt)
+
+  zeros = jnp.zeros(k.shape, jnp.float32)
+  (dk, dv), dq = jax.lax.scan(q_block, (zeros, zeros), (q, qi, d_out, lse, delta))
+  return dq, dk.astype(k.dtype), dv.astype(v.dtype)
+
+
+_flash.defvjp(_flash_fwd, _flash_bwd)
+
+
+# ----------------------------------------------------------------- splash
+
+
+def splash_segment_ids(token_valid: Array, length: int | None = None) -> Array:
+  """int32 [B, length] segment ids: 1 on real tokens, 0 on padding.
+
+  Under the kernel's causal mask a real query then sees the real keys at or
+  before it (dense's mask exactly); a padding query sees the padding keys at
+  or before it, at least itself, so no row is empty. Positions past T (the
+  kernel's alignment padding) are padding.
+  """
+  ids = token_valid.astype(jnp.int32)
+  t = ids.shape[-1]
+  length = length or t
+  return jnp.pad(ids, ((0, 0), (0, length - t)))
+
+
+def splash_block(t: int) -> tuple[int, int]:
+  """(padded T, tile): T rounded up to 128, the largest tile that divides it."""
+  tp = -(-t // _SPLASH_ALIGN) * _SPLASH_ALIGN
+  return tp, next(blk for blk in _SPLASH_BLOCKS if tp % blk == 0)
+
+
+def _splash_kernel(heads: int, tp: int, interpret: bool):
+  """The causal MHA/GQA splash kernel for `heads` (local) query heads, T = tp.
+
+  Built per call, outside any shard_map: the kernel holds its mask tables as
+  arrays, which a shard_map trace would turn into tracers (so no caching
+  across traces either).
+  """
+  from jax.experimental.pallas.ops.tpu import splash_attention as sa
+
+  _, block = splash_block(tp)
+  sizes = sa.BlockSizes(
+    block_q=block,
+    block_kv=block,
+    block_kv_compute=block,
+    block_q_dkv=block,
+    block_kv_dkv=block,
+    block_kv_dkv_compute=block,
+    block_q_dq=block,
+    block_kv_dq=block,
+  )
+  mask = sa.MultiHeadMask([sa.CausalMask((tp, tp))] * heads)
+  return sa.make_splash_mha(
+    mask, block_sizes=sizes, head_shards=1, q_seq_shards=1, interpret=interpret
+  )
+
+
+def _splash_interpret() -> bool:
+  """Pallas interpret mode off TPU (a test seam: cross-lowering sets False)."""
+  return jax.default_backend() != 'tpu'
+
+
+def _splash_local(kernel, q: Array, k: Array, v: Array, seg: Array) -> Array:
+  """One shard: q [B, H, Tp, K], k/v [B, G, Tp, K], seg [B, Tp] -> [B, H, Tp, K]."""
+  from jax.experimental.pallas.ops.tpu import splash_attention as sa
+
+  def one(qr, kr, vr, sr):
+    return kernel(qr, kr, vr, segment_ids=sa.SegmentIds(sr, sr))
+
+  return jax.vmap(one)(q, k, v, seg)
+
+
+def _mesh_of(x: Array):
+  """The mesh x's aval lives on (abstract under jit), or None."""
+  mesh = getattr(jax.typeof(x).sharding, 'mesh', None)
+  if mesh is None or mesh.empty or mesh.size == 1:
+    return None
+  if not set(BATCH_AXES) | {'tensor'} <= set(mesh.axis_names):
+    return None
+  return mesh
+
+
+def splash_attention(
+  q: Array,
+  k: Array,
+  v: Array,
+  segment_ids: Array,
+  *,
+  interpret: bool | None = None,
+  mesh: Any = None,
+) -> Array:
+  """Causal splash attention: q [B, T, H, K], k/v [B, G, T, K] -> [B, T, H, K].
+
+  Args:
+    q: queries in the compute dtype (scaled here by 1/sqrt(K)).
+    k: keys, cache layout.
+    v: values, cache layout.
+    segment_ids: int [B, T] (see `splash_segment_ids`; 0 padding, 1 real).
+    interpret: Pallas interpret mode; default: off TPU.
+    mesh: shard over this mesh; default: the mesh of q's sharding, if any
+      with axes ('data', 'fsdp', 'tensor'); none: one local call.
+  """
+  b, t, h, kd = q.shape
+  g = k.shape[1]
+  dt = q.dtype
+  interpret = _splash_interpret() if interpret is None else interpret
+  tp, _ = splash_block(t)
+  # The kernel does not scale: fold 1/sqrt(K) into q (in fp32, then back).
+  qh = (q.astype(jnp.float32) / math.sqrt(kd)).astype(dt).transpose(0, 2, 1, 3)
+  pad = ((0, 0), (0, 0), (0, tp - t), (0, 0))
+  qh, k, v = jnp.pad(qh, pad), jnp.pad(k, pad), jnp.pad(v, pad)
+  seg = splash_segment_ids(segment_ids, tp)
+  mesh = mesh if mesh is not None else _mesh_of(q)
+  if mesh is None:
+    out = _splash_local(_splash_kernel(h, tp, interpret), qh, k, v, seg)
+  else:
+    rows = BATCH_AXES if b % (mesh.shape['data'] * mesh.shape['fsdp']) == 0 else None
+    tensor = mesh.shape['tensor']
+    heads = None
+    if g % tensor == 0:
+      heads = 'tensor'
+    elif h % tensor == 0:
+      # Only the query heads divide: give every query head its own KV head
+      # so both split alike (R x the K/V bytes, the work split tensor-ways).
+      k, v = jnp.repeat(k, h // g, axis=1), jnp.repeat(v, h // g, axis=1)
+      heads = 'tensor'
+    spec4 = PartitionSpec(rows, heads, None, None)
+    kernel = _splash_kernel(h // tensor if heads else h, tp, interpret)
+    out = jax.shard_map(
+      functools.partial(_splash_local, kernel),
+      mesh=mesh,
+      in_specs=(spec4, spec4, spec4, PartitionSpec(rows, None)),
+      out_specs=spec4,
+      check_vma=False,
+    )(qh, k, v, seg)
+  return out[:, :, :t].transpose(0, 2, 1, 3).astype(dt)
