@@ -131,7 +131,7 @@ def _levels_check(value: str) -> str | None:
 def _rules() -> dict[str, Rule]:
   # Names of the allowed values live with their users; imported here, not at
   # module import, so that `--help` of the commands stays fast.
-  from ada_jax import adaptive, prompts
+  from ada_jax import adaptive, attention, model, prompts
   from ada_jax.rl import loss, update
 
   positive = Int(1)
@@ -147,6 +147,8 @@ def _rules() -> dict[str, Rule]:
     'model.init_from': STR,
     'model.dtype': OneOf('float32', 'bfloat16'),
     'model.param_dtype': OneOf('float32', 'bfloat16'),
+    'model.attention': OneOf(*attention.IMPLEMENTATIONS),
+    'model.remat': OneOf(*model.REMAT),
     'model.tiny.family': OneOf('qwen2', 'qwen3', 'llama'),
     'model.tiny.hidden': positive,
     'model.tiny.layers': positive,

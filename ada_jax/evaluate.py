@@ -48,6 +48,8 @@ from typing import Any
 
 import numpy as np
 
+from ada_jax import from_config
+
 # Reference section 8.2: Table 1's weighted average uses the set sizes.
 PAPER_WEIGHTS = {
   'math500': 500,
@@ -291,12 +293,8 @@ def parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> None:
   """Command line (see the module docstring)."""
   parser_ = parser()
-  args, rest = parser_.parse_known_args(argv)
-  bad = [a for a in rest if not a.startswith('--config.')]
-  if bad:
-    parser_.error(f'unknown arguments {bad}')
+  args, rest = from_config.parse_command_line(parser_, argv)
   logging.getLogger().setLevel(logging.INFO)
-  from ada_jax import from_config
   from ada_jax.infra import multihost, run_dir
 
   try:

@@ -36,6 +36,8 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
+from ada_jax import from_config
+
 # Files of a HF tokenizer directory; config.json and generation_config.json
 # are the model's and come from save_model.
 TOKENIZER_FILES = (
@@ -151,8 +153,7 @@ def export(c, workdir: str, out: str) -> int:
   import jax
   from flax import nnx
 
-  from ada_jax import from_config, hf, prompts, sharding
-  from ada_jax import model as model_lib
+  from ada_jax import hf, prompts, sharding
   from ada_jax.infra import checkpoint as checkpoint_lib
   from ada_jax.infra import run_dir
 
@@ -163,14 +164,7 @@ def export(c, workdir: str, out: str) -> int:
   config = from_config.model_config(c, tok)
   # Params split over all devices (fsdp): any mesh restores any checkpoint.
   mesh = sharding.make_mesh((1, -1, 1))
-  abstract = nnx.eval_shape(lambda: model_lib.Transformer(config, rngs=nnx.Rngs(0)))
-  graphdef, abs_state = nnx.split(abstract)
-  shardings = sharding.state_shardings(abs_state, mesh, sharding.TRAIN_RULES)
-  target = jax.tree.map(
-    lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s),
-    abs_state,
-    shardings,
-  )
+  graphdef, target = sharding.abstract_model(config, mesh, sharding.TRAIN_RULES)
   step, params, _ = checkpoint_lib.restore_params(workdir, target)
   hf.save_model(nnx.merge(graphdef, params), out)
   if jax.process_index() == 0:
@@ -196,13 +190,10 @@ def parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> None:
   """Command line (see the module docstring)."""
   p = parser()
-  args, rest = p.parse_known_args(argv)
-  if any(not a.startswith('--config.') for a in rest):
-    p.error(f'unknown arguments {rest} (only --config.KEY=VALUE pass through)')
+  args, rest = from_config.parse_command_line(p, argv)
   if rest and args.config is None:
     p.error('--config.KEY=VALUE overrides need --config')
   logging.getLogger().setLevel(logging.INFO)
-  from ada_jax import from_config
   from ada_jax.infra import run_dir
 
   try:

@@ -26,6 +26,7 @@ Dimension legend: none (no arrays here).
 
 from __future__ import annotations
 
+import argparse
 import ast
 import dataclasses
 import importlib.util
@@ -116,6 +117,17 @@ def apply_override(c: Any, flag: str) -> None:
     node[leaf] = _parse(dotted, text, node[leaf])
 
 
+def parse_command_line(
+  parser: argparse.ArgumentParser, argv: Sequence[str] | None
+) -> tuple[argparse.Namespace, list[str]]:
+  """A command's (args, `--config.KEY=VALUE` overrides); anything else is a usage error."""
+  args, rest = parser.parse_known_args(argv)
+  bad = [a for a in rest if not a.startswith('--config.')]
+  if bad:
+    parser.error(f'unknown arguments {bad} (only --config.KEY=VALUE pass through)')
+  return args, rest
+
+
 def load(spec: str, overrides: Sequence[str] = ()) -> Any:
   """The locked ConfigDict of `configs/NAME.py[:arg]` with overrides applied.
 
@@ -168,6 +180,14 @@ def tokenizer(c: Any, workdir: str | None = None) -> tokenizer_lib.Tokenizer:
   return tokenizer_lib.build_tiny_tokenizer(tok_dir)
 
 
+def execution(c: Any) -> dict[str, str]:
+  """How the model runs, not what it is: `model.attention`, `model.remat`."""
+  return {
+    'attention': c.model.get('attention', 'auto'),
+    'remat': c.model.get('remat', 'none'),
+  }
+
+
 def model_config(c: Any, tok: tokenizer_lib.Tokenizer | None = None):
   """The policy's ModelConfig: from model.hf_path, else the tiny model's.
 
@@ -182,11 +202,14 @@ def model_config(c: Any, tok: tokenizer_lib.Tokenizer | None = None):
 
   dtype, param_dtype = jnp.dtype(c.model.dtype), jnp.dtype(c.model.param_dtype)
   if c.model.hf_path:
-    return hf.config_from_hf(
-      hf.read_hf_config(c.model.hf_path),
-      dtype=dtype,
-      param_dtype=param_dtype,
-      where=os.path.join(c.model.hf_path, 'config.json'),
+    return dataclasses.replace(
+      hf.config_from_hf(
+        hf.read_hf_config(c.model.hf_path),
+        dtype=dtype,
+        param_dtype=param_dtype,
+        where=os.path.join(c.model.hf_path, 'config.json'),
+      ),
+      **execution(c),
     )
   t = c.model.tiny
   family = t.get('family', 'qwen2')
@@ -207,6 +230,7 @@ def model_config(c: Any, tok: tokenizer_lib.Tokenizer | None = None):
     eos_token_id=tok.eos_ids[0] if tok is not None else None,
     param_dtype=param_dtype,
     dtype=dtype,
+    **execution(c),
   )
 
 
@@ -236,7 +260,7 @@ def scorer(
   )
 
 
-def _controller(c: Any) -> adaptive.ControllerSettings:
+def controller(c: Any) -> adaptive.ControllerSettings:
   """The controller's settings from `rl.*`."""
   from ada_jax import adaptive
 
@@ -334,6 +358,7 @@ def trainer(
   import jax.numpy as jnp
 
   from ada_jax import hf, sharding
+  from ada_jax import model as model_lib
   from ada_jax.infra import checkpoint as checkpoint_lib
   from ada_jax.infra import metrics as metrics_lib
   from ada_jax.rl import rollout, update
@@ -347,8 +372,9 @@ def trainer(
   tok = tokenizer(c, workdir)
   train_ex, sft_ex, eval_ex = _examples(c, workdir, tok)
   if c.model.hf_path:
-    model = hf.load_model(
-      c.model.hf_path, dtype=dtype, param_dtype=param_dtype, mesh=mesh_
+    model = model_lib.with_config(
+      hf.load_model(c.model.hf_path, dtype=dtype, param_dtype=param_dtype, mesh=mesh_),
+      **execution(c),
     )
   else:
     model = sharding.create_sharded_model(
@@ -378,7 +404,7 @@ def trainer(
   rl_settings = trainer_lib.RLSettings(
     steps=rl.steps,
     prompts_per_step=rl.prompts_per_step,
-    controller=_controller(c),
+    controller=controller(c),
     sampling=sampling,
     update=update_settings,
     lr=rl.lr,
@@ -482,7 +508,6 @@ def policy(c: Any, checkpoint: str) -> Policy:
     FileNotFoundError: neither an HF directory nor a run with a usable
       checkpoint.
   """
-  import jax
   import jax.numpy as jnp
   from etils import epath
   from flax import nnx
@@ -495,12 +520,15 @@ def policy(c: Any, checkpoint: str) -> Policy:
   if is_hf_dir(checkpoint):
     from ada_jax import tokenizer as tokenizer_lib
 
-    model = hf.load_model(
-      checkpoint,
-      dtype=jnp.dtype(c.model.dtype),
-      param_dtype=jnp.dtype(c.model.param_dtype),
-      mesh=mesh_,
-      rules=sharding.SAMPLE_RULES,
+    model = model_lib.with_config(
+      hf.load_model(
+        checkpoint,
+        dtype=jnp.dtype(c.model.dtype),
+        param_dtype=jnp.dtype(c.model.param_dtype),
+        mesh=mesh_,
+        rules=sharding.SAMPLE_RULES,
+      ),
+      **execution(c),
     )
     tok = tokenizer_lib.load_tokenizer(c.model.tokenizer_path or checkpoint)
     return Policy(model, tok, 0, model.config.max_position_embeddings, None)
@@ -511,14 +539,7 @@ def policy(c: Any, checkpoint: str) -> Policy:
     )
   tok = tokenizer(c)
   config = model_config(c, tok)
-  abstract = nnx.eval_shape(lambda: model_lib.Transformer(config, rngs=nnx.Rngs(0)))
-  graphdef, abs_state = nnx.split(abstract)
-  shardings = sharding.state_shardings(abs_state, mesh_, sharding.SAMPLE_RULES)
-  target = jax.tree.map(
-    lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s),
-    abs_state,
-    shardings,
-  )
+  graphdef, target = sharding.abstract_model(config, mesh_, sharding.SAMPLE_RULES)
   step, params, _ = checkpoint_lib.restore_params(checkpoint, target)
   model = nnx.merge(graphdef, params)
   return Policy(model, tok, step, config.max_position_embeddings, checkpoint)

@@ -27,6 +27,7 @@ import os
 import sys
 from collections.abc import Sequence
 
+from ada_jax import from_config
 from ada_jax.infra import exit_codes
 
 
@@ -44,12 +45,7 @@ def parser() -> argparse.ArgumentParser:
 
 def parse(argv: Sequence[str]) -> tuple[argparse.Namespace, list[str]]:
   """(args, overrides) of a command line; anything else is a usage error."""
-  p = parser()
-  args, rest = p.parse_known_args(argv)
-  bad = [a for a in rest if not a.startswith('--config.')]
-  if bad:
-    p.error(f'unknown arguments {bad} (only --config.KEY=VALUE pass through)')
-  return args, rest
+  return from_config.parse_command_line(parser(), argv)
 
 
 def run(argv: Sequence[str]) -> int:
@@ -60,7 +56,6 @@ def run(argv: Sequence[str]) -> int:
 
   absl_logging.set_verbosity(absl_logging.WARNING)
   args, overrides = parse(argv)
-  from ada_jax import from_config
   from ada_jax.infra import multihost, run_dir
 
   try:

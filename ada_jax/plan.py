@@ -29,6 +29,8 @@ import re
 import sys
 from collections.abc import Sequence
 
+from ada_jax import from_config
+
 # Cores-counted pod names (v4, v5p: two TensorCores per chip, one JAX device).
 _CORES_PER_CHIP = {'v2': 2, 'v3': 2, 'v4': 2, 'v5p': 2, 'v5e': 1, 'v6e': 1}
 
@@ -56,7 +58,6 @@ def model_config(c, config_name: str):
   """The policy's ModelConfig: hf_path's config.json, the paper table, or tiny."""
   import jax.numpy as jnp
 
-  from ada_jax import from_config
   from ada_jax.planner import models
 
   if c.model.hf_path or c.data.template == 'tiny':  # As the trainer does.
@@ -72,17 +73,10 @@ def model_config(c, config_name: str):
 
 def step_shapes(c):
   """StepShapes of a config (R from adaptive.max_rows)."""
-  from ada_jax import adaptive
   from ada_jax.planner import memory as memory_plan
 
   rl = c.rl
-  rows = adaptive.max_rows(
-    rl.prompts_per_step,
-    rule=rl.rule,
-    group_size=rl.group_size,
-    slots=rl.slots,
-    target_groups=rl.target_groups or None,
-  )
+  rows = from_config.controller(c).max_rows(rl.prompts_per_step)
   return memory_plan.StepShapes(
     prompts=rl.prompts_per_step,
     prompt_len=c.data.prompt_bucket,
@@ -210,11 +204,7 @@ def parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> None:
   """Command line (see the module docstring)."""
   p = parser()
-  args, rest = p.parse_known_args(argv)
-  if any(not a.startswith('--config.') for a in rest):
-    p.error(f'unknown arguments {rest} (only --config.KEY=VALUE pass through)')
-  from ada_jax import from_config
-
+  args, rest = from_config.parse_command_line(p, argv)
   try:
     c = from_config.load(args.config, rest)
     print(report(c, args.config, args.devices, args.hbm_gib))

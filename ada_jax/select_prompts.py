@@ -47,8 +47,7 @@ from typing import Any
 
 import numpy as np
 
-from ada_jax import verifier
-from ada_jax.rl import scoring
+from ada_jax import from_config, verifier
 
 DEFAULT_K = 16
 DEFAULT_MAX_PASS_RATE = 0.125
@@ -130,6 +129,10 @@ def run(
 
   from ada_jax import data, from_config
   from ada_jax.infra import run_dir
+
+  # Imported here: the sampler stack (JAX, transformers) is slow to import,
+  # and `--help` should not pay for it.
+  from ada_jax.rl import scoring
 
   if epath.Path(out).is_dir():
     raise run_dir.WorkdirError(f'--out {out} is a directory: pass a .jsonl file')
@@ -239,13 +242,10 @@ def main(argv: Sequence[str] | None = None) -> None:
   p.add_argument('--max-new-tokens', type=int, default=None)
   p.add_argument('--slots', type=int, default=None, help='default: rl.slots')
   p.add_argument('--seed', type=int, default=42)
-  args, rest = p.parse_known_args(argv)
-  if any(not a.startswith('--config.') for a in rest):
-    p.error(f'unknown arguments {rest} (only --config.key=value pass through)')
+  args, rest = from_config.parse_command_line(p, argv)
   if args.k < 1 or not 0 < args.max_pass_rate <= 1:
     p.error('need --k >= 1 and 0 < --max-pass-rate <= 1')
   logging.getLogger().setLevel(logging.INFO)
-  from ada_jax import from_config
   from ada_jax.infra import multihost, run_dir
 
   options = vars(args)

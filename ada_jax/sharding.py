@@ -39,6 +39,7 @@ __all__ = [
   'MESH_AXES',
   'SAMPLE_RULES',
   'TRAIN_RULES',
+  'abstract_model',
   'batch_sharding',
   'create_sharded_model',
   'data_parallel_size',
@@ -60,6 +61,27 @@ TRAIN_RULES: dict[str, str | None] = {
 SAMPLE_RULES: dict[str, str | None] = {**TRAIN_RULES, model_lib.EMBED: None}
 
 
+def abstract_model(
+  config: model_lib.ModelConfig,
+  mesh: Mesh,
+  rules: Mapping[str, str | None] = TRAIN_RULES,
+) -> tuple[nnx.GraphDef, nnx.State]:
+  """(graphdef, params as ShapeDtypeStructs with their shardings): no memory.
+
+  The restore target of a checkpoint (params land straight in `rules`'
+  layout) and the skeleton of a born-sharded model.
+  """
+  abstract = nnx.eval_shape(lambda: model_lib.Transformer(config, rngs=nnx.Rngs(0)))
+  graphdef, abs_state = nnx.split(abstract)
+  shardings = state_shardings(abs_state, mesh, rules)
+  target = jax.tree.map(
+    lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s),
+    abs_state,
+    shardings,
+  )
+  return graphdef, target
+
+
 def create_sharded_model(
   config: model_lib.ModelConfig,
   mesh: Mesh,
@@ -67,9 +89,8 @@ def create_sharded_model(
   seed: int = 0,
 ) -> model_lib.Transformer:
   """A random model born sharded: eval_shape, then init under jit with out_shardings."""
-  abstract = nnx.eval_shape(lambda: model_lib.Transformer(config, rngs=nnx.Rngs(seed)))
-  graphdef, abs_state = nnx.split(abstract)
-  shardings = state_shardings(abs_state, mesh, rules)
+  graphdef, target = abstract_model(config, mesh, rules)
+  shardings = jax.tree.map(lambda x: x.sharding, target)
 
   def init():
     return nnx.state(model_lib.Transformer(config, rngs=nnx.Rngs(seed)))

@@ -224,6 +224,10 @@ def paper_config(
   c.model.init_from = ''
   c.model.dtype = 'bfloat16'  # Compute and KV cache.
   c.model.param_dtype = 'float32'  # Master weights: lr 1e-6 vanishes in bf16.
+  # Training and prefill never build [H, T, T] scores (chunked; splash on TPU),
+  # and the backward recomputes each block (the plan in configs/common.py).
+  c.model.attention = 'auto'
+  c.model.remat = 'block'
   c.model.tiny = ml_collections.ConfigDict(  # Only read when hf_path is ''.
     dict(
       family=family,

@@ -123,3 +123,21 @@ def test_load_applies_overrides_by_the_old_type():
     )
   with pytest.raises(from_config.ConfigError, match=r'--config\.rl: a group'):
     from_config.load(str(ROOT / 'configs' / 'tiny_arith.py'), ['--config.rl=3'])
+
+
+def test_model_execution_keys_reach_the_model_config():
+  c = from_config.load(
+    str(ROOT / 'configs' / 'tiny_arith.py'),
+    ['--config.model.attention=chunked', '--config.model.remat=block'],
+  )
+  config_rules.check_keys(c)
+  cfg = from_config.model_config(c)
+  assert (cfg.attention, cfg.remat) == ('chunked', 'block')
+  with pytest.raises(
+    config_rules.ConfigError, match=r"config model\.attention='flash'"
+  ):
+    config_rules.check_keys(
+      from_config.load(
+        str(ROOT / 'configs' / 'tiny_arith.py'), ['--config.model.attention=flash']
+      )
+    )
