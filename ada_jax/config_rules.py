@@ -403,6 +403,14 @@ def _cross_rl(c: Any) -> None:
       f'config rl.mini_batch_rows={rl.mini_batch_rows} must divide the {rows} '
       f'training rows and be a multiple of rl.micro_batch_rows={rl.micro_batch_rows}'
     )
+  # Every micro-batch is split over the row shards (update.py): m/dp rows per
+  # device. A remainder would leave the micro-batch replicated, every device
+  # computing all of it.
+  if rl.micro_batch_rows % dp:
+    raise ConfigError(
+      f'config rl.micro_batch_rows={rl.micro_batch_rows} must be a multiple of the '
+      f'data-parallel size (mesh data x fsdp) {dp}'
+    )
 
 
 CROSS_RULES: tuple[Callable[[Any], None], ...] = (_cross_model, _cross_data, _cross_rl)

@@ -245,3 +245,57 @@ def test_token_logp_and_entropy_matches_numpy():
     jnp.asarray(logits), jnp.asarray(targets), temperature=0.7
   )
   np.testing.assert_allclose(lp_jit, lp_ref, rtol=1e-6)
+
+
+def test_dual_clip_constant_10_vs_3():
+  # A < 0 with ratios 2, 5, 20: c = 3 caps 5 and 20 at 3; c = 10 caps only 20.
+  # The paper configs use c = 10: the constant must reach the loss as given.
+  old = jnp.zeros((1, 3))
+  logp = jnp.log(jnp.array([[2.0, 5.0, 20.0]]))
+  adv = jnp.full((1, 3), -1.0)
+  mask = jnp.ones((1, 3))
+  kw = dict(loss_agg_mode='seq-mean-token-sum')
+  c3, m3 = loss_lib.policy_loss(logp, old, adv, mask, clip_ratio_c=3.0, **kw)
+  c10, m10 = loss_lib.policy_loss(logp, old, adv, mask, clip_ratio_c=10.0, **kw)
+  np.testing.assert_allclose(c3, 2.0 + 3.0 + 3.0, rtol=1e-6)
+  np.testing.assert_allclose(c10, 2.0 + 5.0 + 10.0, rtol=1e-6)
+  np.testing.assert_allclose(m3['clip_frac_lower'], 2 / 3, rtol=1e-6)
+  np.testing.assert_allclose(m10['clip_frac_lower'], 1 / 3, rtol=1e-6)
+
+
+@pytest.mark.parametrize('chunk', [4, 5, 64], ids=['divides', 'remainder', 'whole'])
+def test_chunked_logp_and_entropy_equals_unchunked(chunk):
+  # hidden [B, T, D] -> logits through w [D, V]; T = 12 in chunks of 4 (3
+  # chunks), 5 (3 chunks of 4: equal lengths) or 64 (one chunk).
+  rng = np.random.default_rng(3)
+  b, t, d, v = 3, 12, 8, 11
+  hidden = jnp.asarray(rng.normal(0, 1, (b, t, d)), jnp.float32)
+  w = jnp.asarray(rng.normal(0, 1, (d, v)), jnp.float32)
+  targets = jnp.asarray(rng.integers(0, v, (b, t)))
+  weights = jnp.asarray(rng.uniform(0, 1, (b, t)), jnp.float32)
+
+  def full(h, w):
+    return loss_lib.token_logp_and_entropy(h @ w, targets, temperature=0.7)
+
+  def chunked(h, w):
+    return loss_lib.chunked_logp_and_entropy(
+      h, targets, lambda x: x @ w, chunk=chunk, temperature=0.7
+    )
+
+  def scalar(fn):
+    def f(h, w):
+      logp, ent = fn(h, w)
+      return jnp.sum(weights * logp) + 0.3 * jnp.sum(weights * ent)
+
+    return jax.value_and_grad(f, argnums=(0, 1))
+
+  for a, e in zip(chunked(hidden, w), full(hidden, w), strict=True):
+    assert a.shape == (b, t) and a.dtype == jnp.float32
+    np.testing.assert_allclose(a, e, rtol=1e-5, atol=1e-5)
+  (val, grads) = jax.jit(scalar(chunked))(hidden, w)
+  (val_ref, grads_ref) = jax.jit(scalar(full))(hidden, w)
+  np.testing.assert_allclose(val, val_ref, rtol=1e-5)
+  for g, g_ref in zip(grads, grads_ref, strict=True):
+    np.testing.assert_allclose(g, g_ref, rtol=1e-5, atol=1e-5)
+  with pytest.raises(ValueError, match='chunk'):
+    loss_lib.chunked_logp_and_entropy(hidden, targets, lambda x: x @ w, chunk=0)

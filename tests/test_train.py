@@ -154,6 +154,8 @@ def run(c, workdir, *, verify_fn=hash_verify, trainer_hook=None) -> Run:
     ('', lambda c: setattr(c.sft, 'lr_schedule', 'cos'), 'sft.lr_schedule'),
     ('', lambda c: setattr(c.sft, 'boxed_share', 0.0), 'sft.boxed_share'),
     ('', lambda c: setattr(c.sampling, 'max_new_tokens', 60), 'max_new_tokens'),
+    # 2 rows of a micro-batch over 4 row shards (data 2 x fsdp 2).
+    ('', lambda c: setattr(c.rl, 'micro_batch_rows', 2), 'rl.micro_batch_rows'),
     (
       'variant=pos',
       lambda c: setattr(c.rl, 'samples_per_round', 2),
@@ -169,6 +171,7 @@ def run(c, workdir, *, verify_fn=hash_verify, trainer_hook=None) -> Run:
     'sft_lr_schedule',
     'sft_boxed_share',
     'length',
+    'micro_dp',
     'spr',
   ],
 )

@@ -7,8 +7,10 @@ on device in a fixed [max_rounds, S, N] buffer and scores it with
 `scoring.Scorer.score_round` (each host decodes and verifies the live slots
 it holds; rewards and lengths are gathered over hosts). Afterwards the
 training rows are gathered from the buffer by sample id (round = id // S,
-slot = id % S) together with their prompts into a fixed [R_max, P+N] batch,
-advantages broadcast to the response tokens.
+slot = id % S) together with their prompts into a fixed batch of R_max rows,
+advantages broadcast to the response tokens, laid out as the update consumes
+it: [C, m, ...] micro-batches of m = micro_batch_rows rows in row order, the
+rows of each micro-batch split over ('data', 'fsdp') (see `update`).
 
 Multi-host: every process runs the controller on the same gathered global
 rewards, so all take the same decisions (rounds, exits) and issue the same
@@ -17,6 +19,7 @@ jitted calls. Verifier counters are summed over hosts.
 Dimension legend:
   B: prompts of the step   P: prompt bucket   S: slots   N: new tokens
   M: max rounds            R: training rows (R_max, fixed)
+  C: micro-batches (R / m) m: rows per micro-batch
 """
 
 from __future__ import annotations
@@ -58,7 +61,7 @@ class StepSamples:
   """What one step's sampling produced (device buffers + host statistics)."""
 
   groups: adaptive.Groups
-  batch: dict[str, Array]  # the fixed-shape training batch, see assemble_batch
+  batch: dict[str, Array]  # the fixed [C, m, ...] training batch, see assemble_batch
   rewards: np.ndarray  # float [rounds, S], NaN on idle slots (all hosts)
   lengths: np.ndarray  # int [rounds, S] (all hosts)
   texts: dict[tuple[int, int], str]  # (round, slot) -> decoded response (this host)
@@ -112,7 +115,26 @@ def _empty_buffer(m: int, s: int, n: int, sharding) -> dict[str, Array]:
   return _zeros_fn(m, s, n, sharding)()
 
 
-@functools.partial(jax.jit, static_argnames=('slots',))
+def _batch_sharding(model: model_lib.Transformer, micro_rows: int):
+  """[C, m, ...] with the m rows of every micro-batch over the data axes.
+
+  So each device holds m/dp rows of every micro-batch, the slice it computes
+  in the old-logp pass and the update. A micro-batch that does not divide by
+  the data axes (`config_rules` forbids it; library callers may) is
+  replicated: every device then computes all of it, as correct and slower.
+  """
+  sh = jax.tree.leaves(nnx.state(model))[0].sharding
+  if not isinstance(sh, NamedSharding):
+    return None
+  mesh = sh.mesh
+  if micro_rows % sharding_lib.data_parallel_size(mesh):
+    return sharding_lib.replicated(mesh)
+  return NamedSharding(mesh, PartitionSpec(None, sharding_lib.BATCH_AXES))
+
+
+@functools.partial(
+  jax.jit, static_argnames=('slots', 'micro_batch_rows', 'out_sharding')
+)
 def assemble_batch(
   prompt_tokens: Array,
   prompt_mask: Array,
@@ -123,13 +145,44 @@ def assemble_batch(
   weight: Array,
   *,
   slots: int,
+  micro_batch_rows: int,
+  out_sharding: NamedSharding | None = None,
 ) -> dict[str, Array]:
-  """The fixed [R, P+N] training batch from the buffer rows named by sample id.
+  """The fixed training batch from the buffer rows named by sample id.
 
-  Returns: `tokens`, `attn_mask` int [R, P+N]; `resp_mask` float [R, N]
-  (response mask x row weight: padding rows count nowhere); `advantages`
-  [R, N]; `sampler_logp` [R, N] (the sampler's logprobs, for the gap metric).
+  Row i of the R rows (prompt_index[i], sample_id[i], ...) lands in
+  micro-batch i // m at position i % m: the rows keep their order, cut into
+  C = R / m micro-batches. Gathered straight into that layout (with
+  `out_sharding` of `_batch_sharding`), so each device holds only its m/dp
+  rows of each micro-batch.
+
+  Args:
+    prompt_tokens: int [B, P] (global array).
+    prompt_mask: int [B, P].
+    buffer: the step's rounds, `tokens`, `logprobs`, `mask` [M, S, N].
+    prompt_index: int [R] prompt of each row.
+    sample_id: int [R] round * S + slot of each row.
+    advantage: float [R].
+    weight: float [R], 0 on padding rows.
+    slots: S (static).
+    micro_batch_rows: m (static), dividing R.
+    out_sharding: sharding of every [C, m, ...] output (static); None: left
+      to the partitioner.
+
+  Returns: `tokens`, `attn_mask` int [C, m, P+N]; `resp_mask` float
+  [C, m, N] (response mask x row weight: padding rows count nowhere);
+  `advantages` [C, m, N]; `sampler_logp` [C, m, N] (the sampler's
+  logprobs, for the gap metric).
   """
+  r = sample_id.shape[0]
+  if r % micro_batch_rows:
+    raise ValueError(f'{r} rows do not split into micro-batches of {micro_batch_rows}')
+
+  def micro(x):
+    return jnp.asarray(x).reshape(r // micro_batch_rows, micro_batch_rows)
+
+  prompt_index, sample_id = micro(prompt_index), micro(sample_id)
+  advantage, weight = micro(advantage), micro(weight)
   rnd, slot = sample_id // slots, sample_id % slots
 
   def rows(x):
@@ -137,16 +190,19 @@ def assemble_batch(
 
   resp = rows(buffer['tokens'])
   resp_mask = rows(buffer['mask'])
-  tokens = jnp.concatenate([prompt_tokens[prompt_index], resp], axis=1)
-  attn = jnp.concatenate([prompt_mask[prompt_index], resp_mask], axis=1)
-  w = resp_mask.astype(jnp.float32) * weight[:, None]
-  return {
+  tokens = jnp.concatenate([prompt_tokens[prompt_index], resp], axis=-1)
+  attn = jnp.concatenate([prompt_mask[prompt_index], resp_mask], axis=-1)
+  w = resp_mask.astype(jnp.float32) * weight[..., None]
+  out = {
     'tokens': tokens,
     'attn_mask': attn,
     'resp_mask': w,
-    'advantages': jnp.broadcast_to(advantage[:, None], w.shape) * (w > 0),
+    'advantages': jnp.broadcast_to(advantage[..., None], w.shape) * (w > 0),
     'sampler_logp': rows(buffer['logprobs']),
   }
+  if out_sharding is not None:
+    out = jax.lax.with_sharding_constraint(out, out_sharding)
+  return out
 
 
 def run_step(
@@ -162,6 +218,7 @@ def run_step(
   prompt_keys: Sequence[int] | None = None,
   history: dict[str, np.ndarray] | None = None,
   buffer_sharding=None,
+  micro_batch_rows: int | None = None,
 ) -> StepSamples:
   """Prefill, controller rounds, verification and the training batch of one step.
 
@@ -179,6 +236,9 @@ def run_step(
     history: est history from the previous step.
     buffer_sharding: sharding of the [M, S, N] buffer; default: slots on the
       data axes of the model's mesh.
+    micro_batch_rows: m, the update's micro-batch rows: the training batch
+      comes as [R/m, m, ...], each micro-batch's rows on the data axes of the
+      model's mesh (see `assemble_batch`). None: one micro-batch of all R.
   """
   s, m, n = controller.slots, controller.max_rounds, sampling.max_new_tokens
   b = prompt_tokens.shape[0]
@@ -209,6 +269,7 @@ def run_step(
 
   groups = controller.sample_groups(b, draw, prompt_keys=prompt_keys, history=history)
   padded = groups.padded()
+  micro = micro_batch_rows or len(padded['sample_id'])
   batch = assemble_batch(
     prompt_tokens,
     prompt_mask,
@@ -218,6 +279,8 @@ def run_step(
     padded['advantage'],
     padded['weight'],
     slots=s,
+    micro_batch_rows=micro,
+    out_sharding=_batch_sharding(model, micro),
   )
   counters_after = verifier.counters()
   counters = multihost.sum_over_hosts(

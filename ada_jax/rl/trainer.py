@@ -6,11 +6,13 @@ lives in the training layout; each RL step reshards it to the sampling
 layout, prefills the step's prompts once, runs the controller's rounds over
 the sampler and the scorer (rollout.py), assembles the fixed-shape batch,
 recomputes old log-probs with the training forward and takes the clipped
-surrogate updates (`update`). Checkpoints at fixed intervals and on
-preemption; a restarted run resumes from the latest complete checkpoint.
+surrogate updates (`update`); the batch is micro-batched [C, m, ...] from its
+assembly on, so both passes run each micro-batch over all row shards.
+Checkpoints at fixed intervals and on preemption; a restarted run resumes
+from the latest complete checkpoint.
 
 Dimension legend: B prompts per step, P prompt bucket, N new tokens,
-S slots, R training rows.
+S slots, R training rows, C micro-batches of m rows (R = C * m).
 """
 
 from __future__ import annotations
@@ -366,19 +368,22 @@ class Trainer:
       rng=rng,
       prompt_keys=[e.prompt_key for e in examples],
       history=self.history,
+      micro_batch_rows=self.rl.update.micro_batch_rows,
     )
     self.history = out.groups.history
     del sample_model  # Free the sampling copy of the weights before the update.
     batch = out.batch
     t1 = time.perf_counter()
     u = self.rl.update
+    # [C, m, N], laid out as the batch: every micro-batch on all row shards.
     old_logp, _ = update.logp_jit(
       self.graphdef,
       self.state,
       batch['tokens'],
       batch['attn_mask'],
       jnp.float32(u.temperature),
-      u.prompt_len,
+      prompt_len=u.prompt_len,
+      logit_chunk=u.logit_chunk,
     )
     lr = update.lr_at(
       self.step,

@@ -8,13 +8,30 @@ gradients, with the loss normaliser of the whole mini-batch so token-mean is
 exact (not a mean of micro-batch means). A non-finite gradient skips that
 optimizer update (params and moments unchanged) and is counted.
 
+The training batch arrives micro-batched: every leaf is [C, m, ...], micro-
+batch c being rows [c*m, (c+1)*m) of the step's rows, with the m rows split
+over the row shards ('data' x 'fsdp'; `rollout.assemble_batch` lays it out
+so, `micro_batches` does it for a flat batch). Mini-batch u is micro-batches
+[u*mini/m, (u+1)*mini/m). Scanning the unsharded leading dims therefore runs
+every micro-batch on every device, m / (data x fsdp) rows each, in the
+update and in the old-logp pass (`logp_jit`, one micro-batch at a time), and
+nothing is resharded. (A flat [R] batch split over the row shards would put
+whole micro-batches on a few devices each, every device then computing a
+full micro-batch per scan step.)
+
+Log-probs and entropy project only the response positions to the
+vocabulary, `logit_chunk` tokens at a time (`loss.chunked_logp_and_entropy`):
+the [rows, N, V] fp32 logits never exist whole, in the forward or the
+backward.
+
 The learning rate is an input (`optax.inject_hyperparams`), so a schedule
 counted in training steps (the reference: warmup from 0, LR 0 on step 1,
 constant across the mini-batch updates of one step) never recompiles.
 
 Dimension legend:
   R: training rows   P: prompt bucket   N: response length   V: vocab
-  U: optimizer updates per step (epochs x mini-batches)   C: micro-batches
+  C: micro-batches (R / m)   m: rows per micro-batch (micro_batch_rows)
+  U: optimizer updates per step (epochs x mini-batches)
 """
 
 from __future__ import annotations
@@ -28,16 +45,27 @@ import jax
 import jax.numpy as jnp
 import optax
 from flax import nnx
+from jax.sharding import NamedSharding, PartitionSpec
 
 from ada_jax import model as model_lib
+from ada_jax import sharding as sharding_lib
 from ada_jax.rl import loss as loss_lib
 
 Array = jax.Array
 
+# Response tokens per chunk of the vocabulary projection. One chunk's fp32
+# logits are [m/dp, 128, V/tensor] per device: 78 MB for one row over a 152k
+# vocabulary, against 1.9 GB for a 3072-token response projected at once.
+LOGIT_CHUNK = 128
+
 
 @dataclasses.dataclass(frozen=True)
 class UpdateSettings:
-  """Static hyperparameters of the RL update (hashable: a jit static arg)."""
+  """Static hyperparameters of the RL update (hashable: a jit static arg).
+
+  `logit_chunk`: response tokens projected to the vocabulary at a time (see
+  `LOGIT_CHUNK`); it changes memory, not the numbers.
+  """
 
   prompt_len: int
   mini_batch_rows: int
@@ -50,6 +78,7 @@ class UpdateSettings:
   loss_agg_mode: str = 'token-mean'
   entropy_coef: float = 0.0
   grad_clip: float = 1.0
+  logit_chunk: int = LOGIT_CHUNK
 
 
 @functools.cache  # One object per setting: a static jit arg, shared by trainers.
@@ -96,30 +125,119 @@ def response_logp(
   mask: Array,
   prompt_len: int,
   temperature: float | Array,
+  *,
+  logit_chunk: int = LOGIT_CHUNK,
 ) -> tuple[Array, Array]:
-  """Per-token logp and entropy [R, N] of the response tokens tokens[:, P:].
+  """Per-token logp and entropy [rows, N] of the response tokens tokens[:, P:].
 
   Only the response positions are projected to the vocabulary (the prompt's
-  logits are never materialised).
+  logits are never materialised), `logit_chunk` positions at a time.
+
+  Args:
+    model: the policy.
+    tokens: int [rows, P+N].
+    mask: int [rows, P+N], 1 on real tokens.
+    prompt_len: P (static).
+    temperature: the sampling temperature (float or traced scalar).
+    logit_chunk: response positions per chunk of the projection (static).
   """
-  b, t = tokens.shape
-  cache = model_lib.init_cache(model.config, b, t)
-  positions = model_lib.positions_from_mask(mask)
-  hidden, _ = model(tokens, positions, cache, jnp.int32(0), mask, return_hidden=True)
-  logits = model.project(hidden[:, prompt_len - 1 : t - 1])
-  return loss_lib.token_logp_and_entropy(
-    logits, tokens[:, prompt_len:], temperature=temperature
+  t = tokens.shape[1]
+  # The training forward (remat='block' applies here), rows held on the
+  # batch axes.
+  hidden = _rows_over_batch_axes(model.hidden(tokens, mask))
+  return loss_lib.chunked_logp_and_entropy(
+    hidden[:, prompt_len - 1 : t - 1],
+    tokens[:, prompt_len:],
+    model.project,
+    chunk=logit_chunk,
+    temperature=temperature,
   )
 
 
-@functools.partial(jax.jit, static_argnums=(0, 5))
+def _rows_over_batch_axes(x: Array) -> Array:
+  """Holds x [rows, ...] with its rows over ('data', 'fsdp'), if they divide.
+
+  Why: with fsdp the weights' model dim and the rows share the mesh axis
+  'fsdp', and left alone the partitioner may keep the weights where they are
+  and replicate the rows instead (partial sums over the model dim, then an
+  all-reduce of the whole micro-batch's activations and logits): every device
+  computes every row, the per-device memory does not shrink with fsdp. Rows
+  held on the batch axes at the hidden states (and, through the transpose
+  of the constraint, their cotangent) make it gather the weights instead.
+  The other dims are left to the partitioner (e.g. tensor parallelism).
+  """
+  mesh = getattr(jax.typeof(x).sharding, 'mesh', None)
+  if mesh is None or not set(sharding_lib.BATCH_AXES) <= set(mesh.axis_names):
+    return x
+  if x.shape[0] % sharding_lib.data_parallel_size(mesh):
+    return x
+  rest = (PartitionSpec.UNCONSTRAINED,) * (x.ndim - 1)
+  spec = PartitionSpec(sharding_lib.BATCH_AXES, *rest)
+  return jax.lax.with_sharding_constraint(x, NamedSharding(mesh, spec))
+
+
+def micro_batches(batch: dict[str, Any], micro_batch_rows: int) -> dict[str, Any]:
+  """A flat batch ([R, ...] leaves) in the update's layout [C, m, ...].
+
+  Micro-batch c is rows [c*m, (c+1)*m). A reshape of each leaf (numpy stays
+  numpy); on a device array split over rows it moves data, so the trainer
+  never calls it: `rollout.assemble_batch` builds the batch in this layout.
+
+  Raises:
+    ValueError: m does not divide R.
+  """
+
+  def split(x):
+    r = x.shape[0]
+    if r % micro_batch_rows:
+      raise ValueError(
+        f'{r} rows do not split into micro-batches of {micro_batch_rows}'
+      )
+    return x.reshape(r // micro_batch_rows, micro_batch_rows, *x.shape[1:])
+
+  return jax.tree.map(split, batch)
+
+
+@functools.partial(
+  jax.jit, static_argnums=(0,), static_argnames=('prompt_len', 'logit_chunk')
+)
 def logp_jit(
-  graphdef, state, tokens, mask, temperature, prompt_len: int
+  graphdef,
+  state,
+  tokens: Array,
+  mask: Array,
+  temperature: Array,
+  *,
+  prompt_len: int,
+  logit_chunk: int = LOGIT_CHUNK,
 ) -> tuple[Array, Array]:
-  """Jitted `response_logp` (old log-probs of a batch, before the update)."""
-  return response_logp(
-    nnx.merge(graphdef, state), tokens, mask, prompt_len, temperature
-  )
+  """Old log-probs and entropy [C, m, N] of a batch, one micro-batch at a time.
+
+  Args:
+    graphdef: static model structure.
+    state: params (training layout; not donated).
+    tokens: int [C, m, P+N] in the update's layout (see the module doc).
+    mask: int [C, m, P+N].
+    temperature: scalar sampling temperature.
+    prompt_len: P (static).
+    logit_chunk: response positions per chunk of the projection (static).
+
+  Returns:
+    (logp, entropy), float32 [C, m, N], laid out as the batch.
+  """
+  model = nnx.merge(graphdef, state)
+
+  def one(carry, xs):
+    tok, msk = xs
+    out = response_logp(
+      model, tok, msk, prompt_len, temperature, logit_chunk=logit_chunk
+    )
+    return carry, out
+
+  # A scan, not one [C*m]-row forward: the activations of one micro-batch
+  # (m/dp rows per device) at a time, as in the update.
+  _, (logp, entropy) = jax.lax.scan(one, None, (tokens, mask))
+  return logp, entropy
 
 
 @jax.jit
@@ -128,7 +246,8 @@ def logp_gap(
 ) -> tuple[Array, Array]:
   """Max and mean |trainer - sampler| log-prob over weighted response tokens.
 
-  On device: in multi-host runs the rows span hosts, no host can read them.
+  Any layout ([R, N] or [C, m, N]): elementwise, then reduced. On device: in
+  multi-host runs the rows span hosts, no host can read them.
   """
   w = weight > 0
   gap = jnp.where(w, jnp.abs(old_logp - sampler_logp), 0.0)
@@ -137,13 +256,6 @@ def logp_gap(
 
 def _tree_where(pred: Array, a: Any, b: Any) -> Any:
   return jax.tree.map(lambda x, y: jnp.where(pred, x, y), a, b)
-
-
-def _split(x: Array, *sizes: int) -> Array:
-  # TODO(next): contiguous micro-batches put each one on a subset of the row
-  # shards (memory_plan.micro_rows_per_device); a strided split would use
-  # every device per micro-batch but needs the planner refitted.
-  return x.reshape(*sizes, *x.shape[1:])
 
 
 def _rl_update(
@@ -163,31 +275,49 @@ def _rl_update(
     s: static settings.
     state: params (donated).
     opt_state: optimizer state (donated).
-    batch: `tokens` int [R, P+N], `attn_mask` int [R, P+N], `resp_mask` float
-      [R, N] (response mask times row weight), `advantages` [R, N],
-      `old_logp` [R, N].
+    batch: micro-batched [C, m, ...] leaves (see the module doc; m =
+      s.micro_batch_rows): `tokens` int [C, m, P+N], `attn_mask` int
+      [C, m, P+N], `resp_mask` float [C, m, N] (response mask times row
+      weight), `advantages` [C, m, N], `old_logp` [C, m, N].
     lr: scalar learning rate for every update of this step.
 
   Returns:
     (params, optimizer state, metrics averaged over the updates; `skipped`
     counts the non-finite updates).
+
+  Raises:
+    ValueError: the batch is not [C, m, ...] with m = s.micro_batch_rows, or
+      its C*m rows do not split into mini-batches of micro-batches.
   """
-  r = batch['tokens'].shape[0]
-  if r % s.mini_batch_rows or s.mini_batch_rows % s.micro_batch_rows:
+  shape = batch['tokens'].shape
+  if len(shape) != 3 or shape[1] != s.micro_batch_rows:
     raise ValueError(
-      f'rows {r} / mini-batch {s.mini_batch_rows} / micro-batch {s.micro_batch_rows} do not divide'
+      f'batch tokens {shape}: expected [C, {s.micro_batch_rows}, P+N] micro-batches '
+      '(rollout.assemble_batch, or update.micro_batches of a flat batch)'
     )
-  n_mini = r // s.mini_batch_rows
+  c = shape[0]
+  if s.mini_batch_rows % s.micro_batch_rows or (c * s.micro_batch_rows) % (
+    s.mini_batch_rows
+  ):
+    raise ValueError(
+      f'rows {c * s.micro_batch_rows} / mini-batch {s.mini_batch_rows} / '
+      f'micro-batch {s.micro_batch_rows} do not divide'
+    )
   n_micro = s.mini_batch_rows // s.micro_batch_rows
-  minis = jax.tree.map(lambda x: _split(x, n_mini, n_micro, s.micro_batch_rows), batch)
-  # Epochs repeat the same mini-batches in order (the reference: no shuffle).
-  minis = jax.tree.map(lambda x: jnp.concatenate([x] * s.epochs, axis=0), minis)
+  # [C, m, ...] -> [mini-batches, micro-batches, m, ...]: splits the unsharded
+  # leading dim, the rows of every micro-batch stay where they are.
+  minis = jax.tree.map(lambda x: x.reshape(c // n_micro, n_micro, *x.shape[1:]), batch)
   opt_state = _set_lr(opt_state, lr)
 
   def micro_loss(params, mb, normalizer):
     model = nnx.merge(graphdef, params)
     logp, entropy = response_logp(
-      model, mb['tokens'], mb['attn_mask'], s.prompt_len, s.temperature
+      model,
+      mb['tokens'],
+      mb['attn_mask'],
+      s.prompt_len,
+      s.temperature,
+      logit_chunk=s.logit_chunk,
     )
     return loss_lib.policy_loss(
       logp,
@@ -207,9 +337,7 @@ def _rl_update(
 
   def one_update(carry, mini):
     params, opt_state = carry
-    normalizer = loss_lib.loss_normalizer(
-      mini['resp_mask'].reshape(-1, mini['resp_mask'].shape[-1])
-    )
+    normalizer = loss_lib.loss_normalizer(mini['resp_mask'])
 
     def accumulate(acc, mb):
       grads, metrics = grad_fn(params, mb, normalizer)
@@ -232,7 +360,13 @@ def _rl_update(
     metrics = dict(metrics, grad_norm=grad_norm, skipped=(~finite).astype(jnp.float32))
     return (params, opt_state), metrics
 
-  (state, opt_state), metrics = jax.lax.scan(one_update, (state, opt_state), minis)
+  def one_epoch(carry, _):
+    # Epochs repeat the same mini-batches in order (the reference: no shuffle).
+    return jax.lax.scan(one_update, carry, minis)
+
+  (state, opt_state), metrics = jax.lax.scan(
+    one_epoch, (state, opt_state), None, length=s.epochs
+  )
   out = {k: jnp.mean(v) for k, v in metrics.items()}
   out['skipped'] = jnp.sum(metrics['skipped'])
   return state, opt_state, out
