@@ -86,6 +86,10 @@ def _rows_sharding(mesh, rows: int, ndim: int):
   )
 
 
+def _tensor_if_divides(mesh, size: int) -> str | None:
+  return 'tensor' if size % mesh.shape['tensor'] == 0 else None
+
+
 def _cache_sharding(mesh, rows: int, kv_heads: int):
   """KV cache [rows, G, T, K]: rows over the data axes, KV heads over tensor.
 
@@ -94,8 +98,21 @@ def _cache_sharding(mesh, rows: int, kv_heads: int):
   """
   if mesh is None or rows % sharding_lib.data_parallel_size(mesh):
     return None
-  heads = 'tensor' if kv_heads % mesh.shape['tensor'] == 0 else None
+  heads = _tensor_if_divides(mesh, kv_heads)
   return NamedSharding(mesh, PartitionSpec(sharding_lib.BATCH_AXES, heads, None, None))
+
+
+def _logits_sharding(mesh, rows: int, vocab: int):
+  """Logits [rows, V]: rows over the data axes, the vocab over tensor.
+
+  The layout the vocab-split LM head gives the decode loop's logits, so the
+  first token (drawn from the prompt cache's last logits) is chosen with the
+  same per-device [S/dp, V/tensor] temporaries as every later one.
+  """
+  if mesh is None or rows % sharding_lib.data_parallel_size(mesh):
+    return None
+  vocab_axis = _tensor_if_divides(mesh, vocab)
+  return NamedSharding(mesh, PartitionSpec(sharding_lib.BATCH_AXES, vocab_axis))
 
 
 def _constrain(x: Array, sh) -> Array:
@@ -120,7 +137,15 @@ def _prefill_jit(graphdef, mesh, state, tokens, mask, kv_dtype):
   # Left padding: the last column is every row's last real token.
   last = model.project(hidden[:, -1:])[:, 0]
   lengths = jnp.sum(mask, axis=-1).astype(jnp.int32)
-  return PromptCache(cache.k, cache.v, cache.valid, last, lengths)
+  # Pinned, whatever the prompts' own layout: the rows stay split over the
+  # data axes, the last logits' vocab over tensor (as the LM head makes them).
+  return PromptCache(
+    cache.k,
+    cache.v,
+    _constrain(cache.valid, _rows_sharding(mesh, b, 2)),
+    _constrain(last, _logits_sharding(mesh, b, model.config.vocab_size)),
+    _constrain(lengths, _rows_sharding(mesh, b, 1)),
+  )
 
 
 def prefill(
@@ -208,16 +233,15 @@ def _round_jit(
   sh2 = _rows_sharding(mesh, s, 2)
 
   def slot_cache(prefix):  # [B, G, P, K] -> [S, G, P + N, K]
+    # One padded write of the gathered prefix (a concatenate with a zeros
+    # buffer kept a second, partial copy of the cache).
     x = jnp.take(prefix, idx, axis=0)
-    pad = jnp.zeros((s, x.shape[1], n, x.shape[3]), x.dtype)
-    return _constrain(jnp.concatenate([x, pad], axis=2), sh4)
+    return _constrain(jnp.pad(x, ((0, 0), (0, 0), (0, n), (0, 0))), sh4)
 
   cache = model_lib.KVCache(
     tuple(slot_cache(x) for x in pc.k),
     tuple(slot_cache(x) for x in pc.v),
-    jnp.concatenate(
-      [jnp.take(pc.valid, idx, axis=0), jnp.zeros((s, n), jnp.bool_)], axis=1
-    ),
+    _constrain(jnp.pad(jnp.take(pc.valid, idx, axis=0), ((0, 0), (0, n))), sh2),
   )
   start_pos = jnp.take(pc.lengths, idx, axis=0)
 
@@ -226,8 +250,15 @@ def _round_jit(
       (tok[:, None] == eos_ids[None, :]) & (eos_ids[None, :] >= 0), axis=-1
     )
 
-  tok0, lp0 = _choose(
+  # The first token's logits [S, V] split like the loop's (slots over the
+  # data axes, vocab over tensor): replicated, they and _choose's [S, V]
+  # temporaries would be whole on every device.
+  first = _constrain(
     jnp.take(pc.last_logits, idx, axis=0),
+    _logits_sharding(mesh, s, model.config.vocab_size),
+  )
+  tok0, lp0 = _choose(
+    first,
     jax.random.fold_in(rng, 0),
     temperature,
     top_p,

@@ -12,17 +12,24 @@ Reported:
   * from the compiled round's HLO, in each layout: weight all-gathers inside
     the decode loop (per token) and outside it (per round), and the loop's
     collectives by mesh axes; with XLA's loop-invariant code motion (what
-    runs) and without it (where the partitioner put the gathers).
+    runs) and without it (where the partitioner put the gathers);
+  * the same model computing in bf16 from fp32 params: the reshard that
+    casts to bf16 in its copy (`Resharder(..., dtype=jnp.bfloat16)`), and
+    from each compiled round (fp32 sampling copy vs bf16 one) its weight
+    converts (`hlo.weight_converts`: f32 -> bf16 ones hoisted out of the
+    loop are a second copy of the weights for the whole round) and its
+    argument bytes.
 
 Dimension legend: B prompts, P prompt bucket, S slots, N new tokens.
 
 Run: python benchmarks/reshard.py [--repeats 5] [--slots 256]
-About a minute on 2 cores (four round compiles).
+About two minutes on 2 cores (six round compiles).
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import time
 
@@ -32,6 +39,7 @@ os.environ['XLA_FLAGS'] = (
 ).strip()
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
@@ -127,6 +135,41 @@ def main() -> None:
         f'{counts["loop_weight_all_gathers"]}, per round outside it '
         f'{counts["round_weight_all_gathers"]}; loop collectives {loop}'
       )
+  bf16_copy(mesh, args.slots, args.repeats)
+
+
+def bf16_copy(mesh, slots: int, repeats: int) -> None:
+  """bf16 compute from fp32 params: the sampling copy in fp32 vs in bf16."""
+  config = dataclasses.replace(CONFIG, dtype=jnp.bfloat16)
+  graphdef, state = nnx.split(
+    sharding.create_sharded_model(config, mesh, sharding.TRAIN_RULES)
+  )
+  cast = resharder.Resharder(mesh, sharding.SAMPLE_RULES, dtype=jnp.bfloat16)
+  t_cast = best_of(lambda: cast(state), repeats)
+  print(f'bf16 compute: reshard with the cast to bf16: {t_cast * 1e3:.2f} ms (checked)')
+  tokens = np.ones((PROMPTS, PROMPT_LEN), np.int32)
+  for name, dtype in (('fp32', None), ('bf16', jnp.bfloat16)):
+    copy = resharder.Resharder(mesh, sharding.SAMPLE_RULES, dtype=dtype)(state)
+    model = nnx.merge(graphdef, copy)
+    cache = sampler.prefill(model, tokens, np.ones_like(tokens))
+    compiled = sampler.lower_round(
+      model, cache, slots=slots, max_new_tokens=NEW_TOKENS
+    ).compile()
+    converts = hlo.weight_converts(compiled.as_text(), copy)
+    kinds: dict[str, int] = {}
+    for c in converts:
+      key = f'{c.source}->{c.target} {"in loop" if c.in_loop else "hoisted"}'
+      kinds[key] = kinds.get(key, 0) + 1
+    weights = sum(
+      np.prod(x.sharding.shard_shape(x.shape)) * x.dtype.itemsize
+      for x in jax.tree.leaves(copy)
+    )
+    args = compiled.memory_analysis().argument_size_in_bytes
+    print(
+      f'bf16 compute, {name} sampling copy: weight converts in the round {kinds}; '
+      f'round arguments {args / 2**20:.2f} MiB per device (weights '
+      f'{weights / 2**20:.2f} MiB)'
+    )
 
 
 if __name__ == '__main__':

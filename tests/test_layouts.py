@@ -6,11 +6,20 @@ compiled decode round all-gathers FSDP-sharded weights inside its loop in
 the training layout and none anywhere in the sampling layout. A one-layer
 model keeps the two compiles short; the HLO parser is also checked on the
 replica-group formats XLA prints.
+
+The sampling copy in the compute dtype (bf16 compute, fp32 params): the
+reshard casts in the same jitted copy, still checked; the copy holds bf16
+bytes, samples exactly as the fp32 params do (the model casts each weight to
+bf16 at its use either way), and the compiled round converts no weight from
+f32 to bf16 (with an fp32 copy XLA hoists such a convert of every weight out
+of the decode loop: a second copy of the weights for the whole round).
 """
 
+import dataclasses
 import logging
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 from flax import nnx
@@ -26,6 +35,8 @@ _CONFIG = model_lib.ModelConfig(
   max_position_embeddings=64,
 )  # fmt: skip
 _SLOTS = 256
+# The same shapes computing in bf16 from fp32 params (the paper setups).
+_BF16 = dataclasses.replace(_CONFIG, dtype=jnp.bfloat16)
 
 
 @pytest.fixture(scope='module')
@@ -36,6 +47,11 @@ def mesh():
 @pytest.fixture(scope='module')
 def train_model(mesh):
   return sharding.create_sharded_model(_CONFIG, mesh, sharding.TRAIN_RULES, seed=1)
+
+
+@pytest.fixture(scope='module')
+def bf16_train_model(mesh):
+  return sharding.create_sharded_model(_BF16, mesh, sharding.TRAIN_RULES, seed=1)
 
 
 def test_reshard_is_checked_and_logged(mesh, train_model, caplog):
@@ -55,24 +71,28 @@ def test_reshard_is_checked_and_logged(mesh, train_model, caplog):
   )
 
 
-def test_reshard_corruption_raises(mesh, train_model):
-  _, state = nnx.split(train_model)
-  reshard = resharder.Resharder(mesh, sharding.SAMPLE_RULES)
+@pytest.mark.parametrize('dtype', [None, jnp.bfloat16])
+def test_reshard_corruption_raises(mesh, bf16_train_model, dtype):
+  _, state = nnx.split(bf16_train_model)
+  reshard = resharder.Resharder(mesh, sharding.SAMPLE_RULES, dtype=dtype)
   good = reshard(state)
   copy = reshard._copy
 
   def swap_halves(s):
     # Same values, two blocks swapped: a plain sum would not notice.
-    out = copy(s)
+    out, source_sum = copy(s)
     kernel = out['layers'][0]['mlp']['up']
     v = kernel.get_value()
     kernel.set_value(jax.numpy.concatenate([v[64:], v[:64]]))
-    return out
+    return out, source_sum
 
   reshard._copy = swap_halves
   with pytest.raises(resharder.ReshardError, match='checksum'):
     reshard(state)
-  assert checksum.checksum(good) == checksum.checksum(state)
+  cast = jax.tree.map(
+    lambda x: x.astype(dtype) if resharder.casts(x, dtype) else x, state
+  )
+  assert checksum.checksum(good) == checksum.checksum(cast)
 
 
 def _summary(model, mesh):
@@ -103,6 +123,80 @@ def test_decode_loop_gathers_weights_only_in_training_layout(mesh, train_model):
   across = [c for c in sample if c.in_loop and {'data', 'fsdp'} & set(c.axes)]
   assert all(c.shape == () for c in across), across
   assert all('?' not in c.axes for c in train + sample)
+
+
+def _prompts(n=8, p=16, seed=0):
+  rs = np.random.RandomState(seed)
+  tokens = rs.randint(3, _CONFIG.vocab_size, (n, p)).astype(np.int32)
+  lengths = rs.randint(1, p + 1, n)
+  mask = (np.arange(p)[None, :] >= p - lengths[:, None]).astype(np.int32)
+  return tokens * mask, mask
+
+
+def test_bf16_sampling_copy_holds_bf16_and_samples_alike(
+  mesh, bf16_train_model, caplog
+):
+  graphdef, state = nnx.split(bf16_train_model)
+  with caplog.at_level(logging.INFO):
+    cast = resharder.Resharder(mesh, sharding.SAMPLE_RULES, dtype=jnp.bfloat16)(state)
+  assert 'sampling layout (cast to bfloat16): checksum' in caplog.text
+  plain = resharder.Resharder(mesh, sharding.SAMPLE_RULES)(state)
+  for src, a, b in zip(
+    *(jax.tree.leaves(x) for x in (state, plain, cast)), strict=True
+  ):
+    want = jnp.bfloat16 if src.ndim >= 2 else jnp.float32
+    assert b.dtype == want and b.sharding == a.sharding
+    np.testing.assert_array_equal(np.asarray(b), np.asarray(src.astype(want)))
+  # The bytes of the copy: bf16 weights, fp32 norm scales and 1-D biases.
+  elements = {2: 0, 4: 0}
+  for x in jax.tree.leaves(cast):
+    elements[2 if x.ndim >= 2 else 4] += x.size
+  nbytes = sum(x.nbytes for x in jax.tree.leaves(cast))
+  assert nbytes == 2 * elements[2] + 4 * elements[4]
+  assert 4 * elements[4] < 0.05 * nbytes
+
+  tokens, mask = _prompts()
+  kw = dict(max_new_tokens=8, rng=jax.random.key(0), temperature=0.0)
+  got = sampler.sample(nnx.merge(graphdef, cast), tokens, mask, **kw)
+  # The same layout from the fp32 params: each weight cast at its use.
+  ref = sampler.sample(nnx.merge(graphdef, plain), tokens, mask, **kw)
+  np.testing.assert_array_equal(np.asarray(got.tokens), np.asarray(ref.tokens))
+  np.testing.assert_array_equal(np.asarray(got.logprobs), np.asarray(ref.logprobs))
+  # The training layout: same values, reductions split differently.
+  train = sampler.sample(bf16_train_model, tokens, mask, **kw)
+  np.testing.assert_array_equal(np.asarray(got.tokens), np.asarray(train.tokens))
+
+
+def test_bf16_sampling_copy_is_the_rounds_only_copy(mesh, bf16_train_model):
+  graphdef, state = nnx.split(bf16_train_model)
+  tokens = np.ones((8, 16), np.int32)
+  found, args, weights = {}, {}, {}
+  for name, dtype in (('fp32', None), ('bf16', jnp.bfloat16)):
+    copy = resharder.Resharder(mesh, sharding.SAMPLE_RULES, dtype=dtype)(state)
+    model = nnx.merge(graphdef, copy)
+    cache = sampler.prefill(model, tokens, np.ones_like(tokens))
+    compiled = sampler.lower_round(
+      model, cache, slots=_SLOTS, max_new_tokens=8
+    ).compile()
+    found[name] = hlo.weight_converts(compiled.as_text(), copy)
+    args[name] = compiled.memory_analysis().argument_size_in_bytes
+    weights[name] = sum(
+      np.prod(x.sharding.shard_shape(x.shape)) * x.dtype.itemsize
+      for x in jax.tree.leaves(copy)
+    )
+  narrowing = {
+    k: [c for c in v if (c.source, c.target) == ('f32', 'bf16')]
+    for k, v in found.items()
+  }
+  # fp32 copy: a bf16 convert of each weight, hoisted out of the decode loop
+  # (held for the whole round). bf16 copy: none anywhere. (XLA:CPU then
+  # widens bf16 weights to f32 for its fp32 matmuls: a CPU-only artifact.)
+  assert len(narrowing['fp32']) >= 7, found['fp32']
+  assert not any(c.in_loop for c in narrowing['fp32'])
+  assert narrowing['bf16'] == [], found['bf16']
+  # The round's arguments: the bf16 weights, the rest unchanged.
+  assert weights['bf16'] < 0.55 * weights['fp32']
+  assert args['fp32'] - args['bf16'] == weights['fp32'] - weights['bf16']
 
 
 @pytest.mark.parametrize(

@@ -1,4 +1,9 @@
-"""Sampler against transformers generate, full-forward logprobs, distributions."""
+"""Sampler against transformers generate, full-forward logprobs, distributions.
+
+Also on 8 fake devices: rounds whose slots continue prompts held by other
+devices equal the unsharded round, and the compiled round's temporaries stay
+within the KV cache plus the per-token temporaries (no second cache copy).
+"""
 
 import jax
 import jax.numpy as jnp
@@ -231,3 +236,75 @@ def test_sharded_sampling_equals_unsharded(hf_models, temperature):
   np.testing.assert_allclose(
     np.asarray(got.logprobs), np.asarray(ref.logprobs), atol=1e-4
   )
+
+
+@pytest.mark.parametrize('temperature', [0.0, 1.0])
+def test_sharded_round_equals_unsharded_for_any_slot_assignment(hf_models, temperature):
+  # Slots continue prompts held by other devices (the prompt cache's rows and
+  # the slots both split four ways).
+  path = hf_models['qwen2_tied'][0]
+  tokens, mask = hf_fixtures.left_padded_batch(
+    np.random.RandomState(8), [9, 2, 7, 4, 1, 8, 3, 6], 9
+  )
+  slot_prompt = np.random.RandomState(9).randint(-1, len(tokens), 24).astype(np.int32)
+  kw = dict(
+    max_new_tokens=N, rng=jax.random.key(10), temperature=temperature, eos_ids=[3]
+  )
+  plain = hf.load_model(path)
+  ref = sampler.sample_round(
+    plain, sampler.prefill(plain, tokens, mask), slot_prompt, **kw
+  )
+  mesh = sharding.make_mesh((2, 2, 2))
+  model = hf.load_model(path, mesh=mesh, rules=sharding.SAMPLE_RULES)
+  rows = sharding.batch_sharding(mesh)
+  cache = sampler.prefill(
+    model, jax.device_put(tokens, rows), jax.device_put(mask, rows)
+  )
+  assert tuple(cache.k[0].sharding.spec)[:2] == (sharding.BATCH_AXES, 'tensor')
+  assert tuple(cache.last_logits.sharding.spec) == (sharding.BATCH_AXES, 'tensor')
+  got = sampler.sample_round(model, cache, slot_prompt, **kw)
+  np.testing.assert_array_equal(np.asarray(got.tokens), np.asarray(ref.tokens))
+  np.testing.assert_array_equal(np.asarray(got.mask), np.asarray(ref.mask))
+  np.testing.assert_allclose(
+    np.asarray(got.logprobs), np.asarray(ref.logprobs), atol=1e-4
+  )
+
+
+# The round's memory: (S, B, P, N) and a 2-layer model whose cache dominates
+# the per-token temporaries (vocab 256).
+_S, _B, _P, _N = 64, 8, 64, 192
+
+
+def _round_temp_bytes(kv_heads: int, mesh_shape=(2, 2, 2)) -> tuple[int, int, int]:
+  """(compiled temp bytes, KV cache bytes, the shapes' bound) per device."""
+  cfg = model_lib.ModelConfig(
+    'qwen2', 256, 128, 256, 2, 4, kv_heads, 32, tie_embeddings=True
+  )
+  mesh = sharding.make_mesh(mesh_shape)
+  model = sharding.create_sharded_model(cfg, mesh, sharding.SAMPLE_RULES)
+  rows = sharding.batch_sharding(mesh)
+  tokens = jax.device_put(np.ones((_B, _P), np.int32), rows)
+  cache = sampler.prefill(model, tokens, tokens)
+  compiled = sampler.lower_round(model, cache, slots=_S, max_new_tokens=_N).compile()
+  dp, tensor = mesh_shape[0] * mesh_shape[1], mesh_shape[2]
+  layer = (_S // dp) * (kv_heads // tensor) * (_P + _N) * cfg.head_dim * 4
+  kv = 2 * cfg.num_layers * layer
+  # Per token: the [S/dp, V/tensor] fp32 logits and _choose's temporaries of
+  # that shape (scaled, log-softmax, Gumbel bits and noise, the filter's
+  # sort), and the fp32 scores [S/dp, H/tensor, P + N].
+  choose = 16 * (_S // dp) * (cfg.vocab_size // tensor) * 4
+  scores = 4 * (_S // dp) * (cfg.num_heads // tensor) * (_P + _N) * 4
+  # The slot gather's source: every prompt's cache, gathered over the data
+  # axes (each device's slots may continue any prompt).
+  prompt = 2 * cfg.num_layers * _B * (kv_heads // tensor) * _P * cfg.head_dim * 4
+  bound = kv + choose + scores + prompt + (64 << 10)
+  # A second copy of any one layer's K or V would not fit under it.
+  assert bound - kv < layer
+  return compiled.memory_analysis().temp_size_in_bytes, kv, bound
+
+
+def test_round_memory_is_the_kv_cache_and_per_token_temporaries():
+  # The cache is built once by the padded slot gather and carried by the
+  # decode loop without a copy.
+  temp, kv, bound = _round_temp_bytes(kv_heads=4)
+  assert kv <= temp <= bound, (temp, kv, bound)

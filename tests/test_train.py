@@ -18,8 +18,10 @@ import signal
 import zlib
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
+from flax import nnx
 
 from ada_jax import adaptive, data, from_config, verifier
 from ada_jax import tokenizer as tokenizer_lib
@@ -481,3 +483,18 @@ def test_no_compile_after_first_rl_step(data_dir, tmp_path, arg):
   late = compiles.compiled_names(first)
   assert not late, f'{arg}: compiled after step 1: {late}'
   assert r.rows[-1]['num_compiles'] == r.rows[0]['num_compiles']
+
+
+def test_sampling_copy_is_in_the_compute_dtype(data_dir, tmp_path):
+  # bf16 compute from fp32 master params (the paper configs): the trainer's
+  # sampling copy holds the weights in bf16, its training params stay fp32.
+  c = tiny_config(data_dir)
+  c.model.dtype = 'bfloat16'
+  from_config.validate(c)
+  trainer = from_config.trainer(c, str(tmp_path / 'wd'), verify_fn=hash_verify)
+  copy = nnx.state(trainer.sampling_model(), nnx.Param)
+  for src, got in zip(
+    jax.tree.leaves(trainer.state), jax.tree.leaves(copy), strict=True
+  ):
+    assert src.dtype == jnp.float32
+    assert got.dtype == (jnp.bfloat16 if got.ndim >= 2 else jnp.float32)

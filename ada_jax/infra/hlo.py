@@ -22,6 +22,15 @@ partitioner put each gather, i.e. what it asks to run per token. The
 sampling layout needs neither: no weight all-gather anywhere in the round,
 and across the slots' axes the loop only agrees on when to stop (scalars).
 
+`weight_converts(text, state)` lists the element-type conversions of
+weight-shaped arrays (a weight shard's per-device shape) and whether each
+runs inside the decode loop: with fp32 params and bf16 compute, XLA hoists a
+bf16 convert of every weight out of the loop (a second copy of the weights
+for the whole round), which a bf16 sampling copy (`Resharder(...,
+dtype=jnp.bfloat16)`) avoids. XLA:CPU has no bf16 matmul: it computes bf16
+dots in fp32 and converts bf16 weights back up (bf16 -> f32), hoisted too;
+TPU's MXU takes bf16 operands, so that conversion is a CPU artifact.
+
 Dimension legend: none (text analysis).
 """
 
@@ -180,19 +189,13 @@ def _product(options: list[list[int]]) -> list[tuple[int, ...]]:
   return out
 
 
-def analyze_hlo(hlo: str, mesh: Mesh, state: nnx.State) -> list[Collective]:
-  """Every collective of a compiled decode program, located and classified.
+def _decode_loop(comps: dict[str, list[str]]) -> set[str]:
+  """The computations of the program's main while loop (body, condition, callees).
 
   The decode loop is the `while` whose body (with everything it calls) is
-  largest; the sampler's other loops (threefry) are a few ops each.
-
-  Args:
-    hlo: `compiled.as_text()` of the round program.
-    mesh: the mesh it was compiled for (logical device i = mesh.devices.flat[i]).
-    state: the params it was compiled with (concrete or ShapeDtypeStructs
-      with shardings), to recognise weight all-gathers by shape.
+  largest; the sampler's other loops (threefry, the slot gather's ring) are
+  a few ops each.
   """
-  comps = _computations(hlo)
   bodies = []
   for lines in comps.values():
     for line in lines:
@@ -203,7 +206,22 @@ def analyze_hlo(hlo: str, mesh: Mesh, state: nnx.State) -> list[Collective]:
   if not bodies:
     raise ValueError('no while loop in this HLO: not a decode program')
   loops = [_closure(comps, b) for b in bodies]
-  loop = max(loops, key=lambda c: sum(len(comps[n]) for n in c))
+  return max(loops, key=lambda c: sum(len(comps[n]) for n in c))
+
+
+def analyze_hlo(hlo: str, mesh: Mesh, state: nnx.State) -> list[Collective]:
+  """Every collective of a compiled decode program, located and classified.
+
+  The decode loop is found by `_decode_loop`.
+
+  Args:
+    hlo: `compiled.as_text()` of the round program.
+    mesh: the mesh it was compiled for (logical device i = mesh.devices.flat[i]).
+    state: the params it was compiled with (concrete or ShapeDtypeStructs
+      with shardings), to recognise weight all-gathers by shape.
+  """
+  comps = _computations(hlo)
+  loop = _decode_loop(comps)
   forms = _gathered_forms(state)
   pattern = re.compile(
     r'^\s*(?:ROOT )?%?[\w.\-]+ = \(?(\w+)\[([\d,]*)\][^ ]* ('
@@ -240,4 +258,73 @@ def summarize(collectives: Sequence[Collective]) -> dict[str, int]:
     if c.in_loop:
       key = f'loop_{c.op}_over_{"+".join(c.axes) or "none"}'
       out[key] = out.get(key, 0) + 1
+  return out
+
+
+@dataclasses.dataclass(frozen=True)
+class Convert:
+  """One element-type conversion of a weight-shaped array.
+
+  Attributes:
+    source: operand element type as HLO prints it ('f32', 'bf16', ...).
+    target: result element type.
+    shape: per-device shape (a weight shard's).
+    in_loop: inside the decode loop (runs once per generated token); outside
+      it, the converted array is held for the whole round.
+  """
+
+  source: str
+  target: str
+  shape: tuple[int, ...]
+  in_loop: bool
+
+
+_INSTRUCTION = re.compile(
+  r'^\s*(?:ROOT )?%?([\w.\-]+) = (\w+)\[([\d,]*)\]\S* ([\w\-]+)\((.*)$'
+)
+
+
+def _squeezed(shape: Sequence[int]) -> tuple[int, ...]:
+  """Without size-1 dims (bitcasts add and drop them freely)."""
+  return tuple(d for d in shape if d != 1)
+
+
+def weight_converts(hlo: str, state: nnx.State) -> list[Convert]:
+  """Every element-type convert of a weight-shaped array in a compiled program.
+
+  A convert counts when its result has the per-device shape of a weight
+  shard of `state` (leaves of 2+ dims; size-1 dims ignored). Activations of
+  the same shape would count too; the decode round has none (its activations
+  are [S/dp, ...]).
+
+  Args:
+    hlo: `compiled.as_text()` of a decode round.
+    state: the params it was compiled with (concrete or ShapeDtypeStructs
+      with shardings).
+  """
+  weights = {
+    _squeezed(x.sharding.shard_shape(tuple(x.shape)))
+    for x in jax.tree.leaves(state)
+    if len(x.shape) >= 2
+  }
+  comps = _computations(hlo)
+  loop = _decode_loop(comps)
+  out = []
+  for name, lines in comps.items():
+    types = {}
+    parsed = []
+    for line in lines:
+      m = _INSTRUCTION.match(line)
+      if m:
+        types[m.group(1)] = m.group(2)
+        parsed.append(m)
+    for m in parsed:
+      if m.group(4) != 'convert':
+        continue
+      shape = tuple(int(v) for v in m.group(3).split(',') if v)
+      if _squeezed(shape) not in weights:
+        continue
+      operand = re.match(r'%?([\w.\-]+)', m.group(5))
+      source = types.get(operand.group(1), '?') if operand else '?'
+      out.append(Convert(source, m.group(2), shape, name in loop))
   return out

@@ -129,7 +129,12 @@ class Trainer:
     self.sft_done = sft.steps == 0
     self.rng = jax.random.key(seed)
     self.rows = rl.controller.max_rows(rl.prompts_per_step)
-    self._resharder = resharder.Resharder(mesh, sharding.SAMPLE_RULES)
+    # The sampling copy in the compute dtype: with fp32 master params and bf16
+    # compute, an fp32 copy would make XLA hoist a second, bf16 copy of every
+    # weight out of the decode loop (infra.resharder).
+    self._resharder = resharder.Resharder(
+      mesh, sharding.SAMPLE_RULES, dtype=self.config.dtype
+    )
 
   def _pinned_update(self, tx, pinned) -> tuple[Callable[..., Any], Any]:
     """(update fn with pinned output shardings, fresh optimizer state)."""
