@@ -104,11 +104,12 @@ def variant_of(name: str) -> str:
 def load(workdirs: Mapping[str, str]) -> dict[str, list[Run]]:
   """Runs by variant, in name order; runs without RL rows are left out."""
   from ada_jax.infra import metrics as metrics_lib
+  from ada_jax.infra import run_dir
 
   out: dict[str, list[Run]] = {}
   for name, workdir in sorted(workdirs.items()):
     wd = epath.Path(workdir)
-    if not (wd / metrics_lib.METRICS_FILE).exists():
+    if not (wd / run_dir.METRICS_FILE).exists():
       continue
     rows = metrics_lib.read_rows(wd, phase='rl')
     if not rows:

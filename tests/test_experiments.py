@@ -19,6 +19,7 @@ import pytest
 
 from ada_jax import from_config, sweep
 from ada_jax.infra import metrics as metrics_lib
+from ada_jax.infra import run_dir
 from ada_jax.rl import fit as fit_lib
 from experiments import experiment as experiment_lib
 from experiments import report
@@ -124,7 +125,7 @@ def _finish(run: sweep.Run) -> None:
   workdir.mkdir(parents=True)
   (workdir / 'summary.json').write_text('{"after_rl": {}}')
   config = metrics_lib.config_json(sweep.build_config(run.config, run.overrides))
-  (workdir / metrics_lib.CONFIG_FILE).write_text(json.dumps(config))
+  (workdir / run_dir.CONFIG_FILE).write_text(json.dumps(config))
 
 
 class _Result:

@@ -39,8 +39,6 @@ from etils import epath
 from ada_jax.infra import run_dir
 from ada_jax.infra.run_dir import CONFIG_FILE, METRICS_FILE, SAMPLES_FILE
 
-__all__ = ['CONFIG_FILE', 'METRICS_FILE', 'SAMPLES_FILE']  # Re-exported names.
-
 # What every RL row must hold (issue 7, item 6); the trainer's tests check it.
 RL_KEYS: tuple[str, ...] = (
   'step', 'reward_round1_mean', 'reward_batch_mean', 'samples_drawn', 'slots_live',
