@@ -56,7 +56,8 @@ def bf16_train_model(mesh):
 
 def test_reshard_is_checked_and_logged(mesh, train_model, caplog):
   graphdef, state = nnx.split(train_model)
-  reshard = resharder.Resharder(mesh, sharding.SAMPLE_RULES)
+  # The trainer passes the compute dtype; fp32 params in fp32 cast nothing.
+  reshard = resharder.Resharder(mesh, sharding.SAMPLE_RULES, dtype=jnp.float32)
   with caplog.at_level(logging.INFO):
     out = reshard(state)
   sample = nnx.merge(graphdef, out)

@@ -90,6 +90,7 @@ class Resharder:
     self.mesh, self.rules, self.check, self.name = mesh, rules, check, name
     self.dtype = None if dtype is None else jnp.dtype(dtype)
     self._copy = None
+    self._label = ''  # ' (cast to bfloat16)' when the copy casts any leaf.
 
   def _build(self, state: nnx.State):
     shardings = mesh_lib.state_shardings(state, self.mesh, self.rules)
@@ -118,10 +119,12 @@ class Resharder:
     """
     if self._copy is None:
       self._copy = self._build(state)
+      if any(casts(x, self.dtype) for x in jax.tree.leaves(state)):
+        self._label = f' (cast to {self.dtype.name})'
     out, source_sum = self._copy(state)
     if self.check:
       before, after = (int(x) for x in jax.device_get((source_sum, _out_checksum(out))))
-      cast = f' (cast to {self.dtype.name})' if self.dtype is not None else ''
+      cast = self._label
       if before != after:
         raise ReshardError(
           f'resharded params to {self.name} layout{cast}: checksum {before:08x} '
