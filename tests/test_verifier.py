@@ -209,9 +209,13 @@ def test_never_raises_on_bad_types():
 
 
 def test_equivalent_is_reference_directed():
-  # A prediction interval answers a reference inequality, not the reverse.
+  # A prediction interval answers a reference inequality; against a reference
+  # interval only a solved inequality (the bare symbol) is an answer, never
+  # the question's own unsolved inequality.
   assert verifier.equivalent('(1, 2)', '1 < x < 2')
-  assert not verifier.equivalent('1 < x < 2', '(1, 2)')
+  assert verifier.equivalent('1 < x < 2', '(1, 2)')
+  assert verifier.equivalent('3 < 2x + 1 < 5', '1 < x < 2')
+  assert not verifier.equivalent('3 < 2x + 1 < 5', '(1, 2)')
 
 
 def test_counters_track_guard_trips_and_parse_failures():

@@ -142,7 +142,8 @@ CASES: list[tuple[str, str, str, bool]] = [
   # set
   ('set', b('\\{1, 2\\}'), '\\{2, 1\\}', True),
   ('set', b('\\{1, 2\\}'), '\\{1, 3\\}', False),
-  ('set', b('\\{1, 2, 2\\}'), '\\{1, 2\\}', False),
+  ('set', b('\\{1, 2, 2\\}'), '\\{1, 2\\}', True),  # a written set, not a multiset
+  ('set', b('\\{1, 2, 2\\}'), '\\{1, 2, 3\\}', False),
   ('set', b('2, 1'), '\\{1, 2\\}', True),
   ('set', b('\\emptyset'), '\\varnothing', True),
   ('set', b('\\{\\}'), '\\emptyset', True),
@@ -157,7 +158,8 @@ CASES: list[tuple[str, str, str, bool]] = [
   ('interval', b('[1, 2]'), '(1,2)', False),
   ('interval', b('(1, 2)'), '(1,2)', True),
   ('interval', b('(-\\infty, 3)'), 'x < 3', True),
-  ('interval', b('x < 3'), '(-\\infty, 3)', False),
+  ('interval', b('x < 3'), '(-\\infty, 3)', True),  # solved: the bare symbol
+  ('interval', b('2x + 1 < 7'), '(-\\infty, 3)', False),  # the question, unsolved
   (
     'interval',
     b('(-\\infty, 1) \\cup (2, \\infty)'),

@@ -4,7 +4,8 @@
 matching sympy constructor with ``evaluate=False`` (no string ever reaches
 sympy), applying the answer conventions: ``\\log`` without a base is base 10,
 an odd root of a negative number is real (``\\sqrt[3]{-8}`` = -2), and a
-``\\pm`` picks one branch per call. ``evaluate`` then runs ``doit()``; call it
+``\\pm`` picks one branch per call, ``\\sum`` is a sympy ``Sum``. ``evaluate``
+then runs ``doit()`` and ``evaluate_matrix`` does matrix arithmetic; call them
 only on ASTs that passed ``guards.check_guards``.
 """
 
@@ -105,6 +106,12 @@ def to_sympy(node: nodes.Node, pm_sign: int = 1) -> sympy.Expr:
     return _root(to_sympy(node[1], pm_sign), to_sympy(node[2], pm_sign))
   if kind == 'func':
     return _function(node, pm_sign)
+  if kind == 'sum':
+    index = sympy.Symbol(node[1])
+    return sympy.Sum(
+      to_sympy(node[4], pm_sign),
+      (index, to_sympy(node[2], pm_sign), to_sympy(node[3], pm_sign)),
+    )
   raise nodes.ParseError('not a scalar')
 
 
@@ -134,5 +141,80 @@ def _function(node: nodes.Node, pm_sign: int) -> sympy.Expr:
 
 
 def evaluate(node: nodes.Node, pm_sign: int = 1) -> sympy.Expr:
-  """Builds and evaluates a guarded scalar AST."""
-  return to_sympy(node, pm_sign).doit()
+  """Builds and evaluates a guarded scalar AST.
+
+  A ``\\sum`` without a closed form is a ParseError: sympy's numeric
+  summation of what remains has no time bound.
+  """
+  value = to_sympy(node, pm_sign).doit()
+  if isinstance(value, sympy.Basic) and value.has(sympy.Sum):
+    raise nodes.ParseError('a sum without a closed form')
+  return value
+
+
+MAX_MATRIX_POWER = 20  # M^k: k an integer literal 1..20
+MAX_MATRIX_POWER_SIZE = 4  # ... of a rational matrix with at most 4 rows
+
+
+def has_matrix(node: nodes.Node) -> bool:
+  """Whether a scalar-shaped AST (add, mul, frac, pow) holds a matrix."""
+  kind = node[0]
+  if kind == 'matrix':
+    return True
+  if kind in ('add', 'mul'):
+    return any(has_matrix(child) for _, child in node[1])
+  if kind in ('frac', 'pow'):
+    return has_matrix(node[1]) or has_matrix(node[2])
+  return False
+
+
+def evaluate_matrix(node: nodes.Node) -> sympy.Expr | sympy.ImmutableMatrix:
+  """Evaluates matrix arithmetic: sums, scalar and matrix products, powers.
+
+  Division only by a scalar; powers only of a rational square matrix of at
+  most 4 rows by an integer literal 1..20. A shape mismatch (or any other
+  operation on a matrix) is a ParseError.
+  """
+  kind = node[0]
+  if not has_matrix(node):
+    return evaluate(node)
+  try:
+    if kind == 'matrix':
+      return sympy.ImmutableMatrix([[evaluate(c) for c in row] for row in node[1]])
+    if kind == 'add':
+      total = None
+      for sign, child in node[1]:
+        if sign not in ('+', '-'):
+          raise nodes.ParseError('\\pm of a matrix')
+        value = evaluate_matrix(child)
+        value = -value if sign == '-' else value
+        total = value if total is None else total + value
+      return total
+    if kind == 'mul':
+      product = None
+      for op, child in node[1]:
+        value = evaluate_matrix(child)
+        if op == '/':
+          if isinstance(value, sympy.MatrixBase):
+            raise nodes.ParseError('division by a matrix')
+          value = 1 / value
+        product = value if product is None else product * value
+      return product
+    if kind == 'frac':
+      den = evaluate_matrix(node[2])
+      if isinstance(den, sympy.MatrixBase):
+        raise nodes.ParseError('division by a matrix')
+      return evaluate_matrix(node[1]) / den
+    if kind == 'pow':
+      exponent = node[2]
+      if exponent[0] != 'num' or not 1 <= int(exponent[1]) <= MAX_MATRIX_POWER:
+        raise nodes.ParseError('matrix power')
+      base = evaluate_matrix(node[1])
+      if not isinstance(base, sympy.MatrixBase) or base.free_symbols:
+        raise nodes.ParseError('power of a symbolic matrix')
+      if base.rows > MAX_MATRIX_POWER_SIZE or not all(e.is_Rational for e in base):
+        raise nodes.ParseError('power of a large or irrational matrix')
+      return base ** int(exponent[1])
+  except (sympy.ShapeError, sympy.NonSquareMatrixError, TypeError, ValueError) as err:
+    raise nodes.ParseError(f'matrix arithmetic: {err}') from err
+  raise nodes.ParseError('matrix operand')

@@ -3,8 +3,9 @@
 ``equiv(pred, ref, flags)`` is reference-directed: the reference's shape picks
 the rule. Relations (assignments, numeric chains, ``\\in``, inequalities as
 intervals, equations), scalars (``scalars``), matrices element-wise,
-intervals with closure and unions part by part, sets as unordered multisets,
-tuples and bare lists in order.
+intervals with closure and unions part by part, written sets as sets and
+bare lists as unordered multisets, tuples in order, ratios by proportion,
+``\\approx`` chains by their exact head.
 """
 
 from __future__ import annotations
@@ -19,9 +20,52 @@ from ada_jax.verifier import scalars as vs
 from ada_jax.verifier import values as vv
 
 
+def _is_label(value: Any) -> bool:
+  return isinstance(value, vv.Scalar) and (
+    isinstance(value.expr, sympy.Symbol) or vv._is_name(value)
+  )
+
+
+def _split_approx(rel: vv.Rel) -> tuple[Any, list[Any]] | None:
+  """``E \\approx d1 \\approx d2``: (the exact head E or None, the decimals).
+
+  The head is everything before the first ``\\approx`` (a bare label such as
+  ``x`` counts as no head). Each decimal must approximate the head's value
+  (strictly within one unit of its last digit); otherwise, or when a part
+  after the first ``\\approx`` is not a plain decimal, returns None.
+  """
+  k = rel.ops.index('~=')
+  head_parts, head_ops = rel.parts[: k + 1], rel.ops[:k]
+  tail = rel.parts[k + 1 :]
+  if any(o not in ('=', '~=') for o in rel.ops[k:]):
+    return None
+  if not all(isinstance(t, vv.Scalar) and t.decimal for t in tail):
+    return None
+  if len(head_parts) == 1 and _is_label(head_parts[0]):
+    return None, tail
+  head = head_parts[0] if len(head_parts) == 1 else vv.Rel(head_parts, head_ops)
+  exact = head_parts[-1]
+  if not isinstance(exact, vv.Scalar) or exact.expr.free_symbols:
+    return None
+  if not all(vs.approximates(t, exact) for t in tail):
+    return None
+  return head, tail
+
+
 def equiv(p: Any, r: Any, flags: vs.Flags) -> bool:
   """Reference-directed equivalence of two interpreted values."""
   vd.check()
+  if isinstance(r, vv.Rel) and '~=' in r.ops:
+    split = _split_approx(r)
+    if split is None:
+      return False
+    return equiv(p, split[0] if split[0] is not None else split[1][0], flags)
+  if isinstance(p, vv.Rel) and '~=' in p.ops:
+    split = _split_approx(p)
+    if split is None:
+      return False
+    head, tail = split
+    return (head is not None and equiv(head, r, flags)) or equiv(tail[0], r, flags)
   if isinstance(r, vv.Rel):
     return _equiv_rel(p, r, flags)
   if isinstance(p, vv.Rel):
@@ -29,14 +73,23 @@ def equiv(p: Any, r: Any, flags: vs.Flags) -> bool:
       return equiv(p.parts[1], r, flags)
     if p.ops == ['in']:
       return equiv(p.parts[1], r, flags)
+    ref_iv = vv.as_intervals(r)
+    if ref_iv is not None:
+      # A solved inequality (bare symbol) answers an interval: 1 < x < 5.
+      pred_iv = vv.inequality_intervals(p, solved=True)
+      return pred_iv is not None and _intervals_equal(pred_iv, ref_iv, flags)
     parts = p.parts
-    if isinstance(parts[0], vv.Scalar) and isinstance(parts[0].expr, sympy.Symbol):
+    if _is_label(parts[0]):
       parts = parts[1:]  # a = 5 \cdot 20 + 1 = 101
     if all(o == '=' for o in p.ops) and not any(vv.symbols_of(x) for x in parts):
       # A numeric chain 2+3=5 answers with its last part, if it is consistent.
       last = parts[-1]
       return all(equiv(x, last, flags) for x in parts[:-1]) and equiv(last, r, flags)
     return False
+  if (isinstance(r, vv.Seq) and r.kind == 'ratio') or (
+    isinstance(p, vv.Seq) and p.kind == 'ratio'
+  ):
+    return _equiv_ratio(p, r, flags)
   if isinstance(r, vv.Scalar):
     return isinstance(p, vv.Scalar) and vs.scalar_equiv(p, r, flags)
   if isinstance(r, vv.Matrix):
@@ -100,11 +153,52 @@ def _same_lhs(a: Any, b: Any) -> bool:
   )
 
 
+def _equiv_ratio(p: Any, r: Any, flags: vs.Flags) -> bool:
+  """Ratios match proportional ratios (4:14 = 2:7); a two-part ratio its quotient."""
+
+  def quotient(v: Any) -> Any:
+    if isinstance(v, vv.Seq) and v.kind == 'ratio':
+      if len(v.items) != 2 or v.items[1].expr == 0:
+        return None
+      return vv.Scalar(sympy.Mul(v.items[0].expr, sympy.Pow(v.items[1].expr, -1)))
+    return v if isinstance(v, vv.Scalar) else None
+
+  p_ratio = isinstance(p, vv.Seq) and p.kind == 'ratio'
+  r_ratio = isinstance(r, vv.Seq) and r.kind == 'ratio'
+  if p_ratio and r_ratio:
+    ps, rs = p.items, r.items
+    if len(ps) != len(rs) or ps[0].expr == 0 or rs[0].expr == 0:
+      return False
+    return all(
+      vs.scalar_equiv(
+        vv.Scalar(sympy.Mul(pi.expr, rs[0].expr)),
+        vv.Scalar(sympy.Mul(ri.expr, ps[0].expr)),
+        vs.Flags(False, False),
+      )
+      for pi, ri in zip(ps[1:], rs[1:], strict=True)
+    )
+  pq, rq = quotient(p), quotient(r)
+  if pq is None or rq is None:
+    return False
+  return vs.scalar_equiv(pq, rq, flags)
+
+
+def _dedupe(items: list[Any], flags: vs.Flags) -> list[Any]:
+  kept: list[Any] = []
+  for item in items:
+    if not any(equiv(item, k, flags) for k in kept):
+      kept.append(item)
+  return kept
+
+
 def _equiv_seq(p: Any, r: vv.Seq, flags: vs.Flags) -> bool:
   if not isinstance(p, vv.Seq):
     return False
+  if 'set' in (p.kind, r.kind) and p.kind not in ('tuple', 'pair'):
+    # A written set {3, 5, 3} is the set {3, 5}: duplicates collapse.
+    return _unordered(_dedupe(p.items, flags), _dedupe(r.items, flags), flags)
   if r.kind in ('set', 'list', 'pm'):
-    ordered = r.kind == 'list' and p.kind in ('tuple', 'pair')
+    ordered = r.kind == 'list' and p.kind in ('tuple', 'pair', 'labelled')
     if p.kind in ('tuple', 'pair') and not ordered:
       return False
     if ordered:
@@ -113,7 +207,7 @@ def _equiv_seq(p: Any, r: vv.Seq, flags: vs.Flags) -> bool:
   # Reference tuple or neutral (a, b) pair.
   if p.kind in ('tuple', 'pair') and p.brackets != r.brackets:
     return False
-  if p.kind not in ('tuple', 'pair', 'list'):
+  if p.kind not in ('tuple', 'pair', 'list', 'labelled'):
     return False
   return _ordered(p.items, r.items, flags)
 

@@ -16,8 +16,14 @@ Policy (every decision, written once; zero false positives comes first):
 Extraction
   * The answer is the content of the LAST ``\\boxed{...}`` or ``\\fbox{...}``,
     even when the prose disagrees. No box, ``\\boxed`` without ``{``, an
-    unclosed or empty box, or a box over 1,000 characters -> False. Boxes are
-    never joined (a hedged ``\\boxed{2} or \\boxed{3}`` counts as ``3``).
+    unclosed or empty box, or a box over 1,000 characters -> False.
+  * Boxes split over one answer: boxes right before the last one join it
+    into a list when only list glue stands between them (``,`` ``;`` "and"
+    "or", ``$``, spacing, a label such as ``b =``): ``\\boxed{-1}, \\boxed{4}``
+    is ``-1, 4``, ``a=\\boxed{3}, b=\\boxed{1}`` is ``3, 1``, and a hedge
+    ``\\boxed{2} or \\boxed{3}`` is ``2, 3`` (so it never matches ``2`` or ``3``
+    alone). Any other words between boxes (a correction) leave the last box
+    alone; identical boxes count once. References are read the same way.
   * No last-number / "the answer is" fallback in the reward; ``verify(...,
     allow_answer_is=True)`` enables "answer is X" for evaluation only.
   * The reference is authoritative but normalised by the same code; it may come
@@ -25,15 +31,21 @@ Extraction
     anything but an identical normalised string.
 
 Normalisation (both sides)
+  * Doubled backslashes (JSON-escaped LaTeX, ``\\\\frac{1}{2}``) are halved
+    when every backslash run has even length and one starts a command.
   * Dropped: ``$``, ``\\(\\)``, ``\\[\\]``, ``\\left``/``\\right``, spacing
-    commands, ``\\displaystyle``, outer braces and boxes (inner ``\\boxed{X}``
+    commands, ``\\displaystyle``, ``\\limits``, outer braces and boxes (inner ``\\boxed{X}``
     becomes X), a trailing period, ``\\$``, a leading "the answer is", a
     function prefix ``f(x) =``. ``\\text``/``\\mathrm``/``\\mathbf``... are
     unwrapped. Two answers whose normalised strings are equal up to spaces
-    are equivalent (checked first).
+    are equivalent (checked first); a space between two digits counts
+    (``12 40`` is not ``1240``).
   * Thousands separators only as ``1,000`` (whole answer), ``1{,}000``,
-    ``1\\,000``, ``1,\\!000``. Any other comma separates list items (``1,2`` is
-    a list, never 12).
+    ``1,\\!000``, a LaTeX space before exactly three digits with optional
+    spaces around it (``12\\,400``, ``12 \\, 400``, ``1\\ 234\\ 567``,
+    ``12{,} 400``), or plain spaces when the whole answer is digit groups
+    (``12 400``). Any other comma separates list items (``1,2`` is a list,
+    never 12; ``12, 400`` is a list).
   * ``1.5e3`` is 1500; ``0.\\overline{3}`` is exactly 1/3; ``2\\frac{1}{2}`` (an
     integer followed by a numeric fraction) is the mixed number 5/2.
   * Units: after a number, a trailing ``\\text{...}`` of words (``3 \\text{
@@ -59,7 +71,8 @@ Numbers
     has >= 4 significant digits (``4\\pi`` = ``12.566``, ``\\sqrt2`` =
     ``1.414``; ``1/3`` != ``0.33``).
   * Two different decimals never match (``3.1416`` != ``3.14159``).
-  * Percent: only if ``%`` (or "percent") appears on a side, ``v%`` also
+  * Percent: only if ``%`` (or the words percent, per cent, percentage,
+    pct) appears on a side, ``v%`` also
     matches ``v`` and ``v/100`` (``20\\%`` = ``20`` = ``0.2``). No x100 rule.
   * Degrees: ``^\\circ``/"degrees" is dropped and numbers compared; no
     degree/radian conversion (``30^\\circ`` != ``\\pi/6``).
@@ -78,19 +91,46 @@ Expressions, equations, structures
   * An assignment ``x = 5`` (single or subscripted symbol, ``(x, y)``, or
     ``f(x)``) matches its right side; two assignments need the same left side.
     A consistent numeric chain ``2+3=5`` or ``a=2+3=5`` matches its last part
-    (``2+2=5`` matches nothing). ``x \\in S`` is ``S``; ``\\approx`` reads as
-    ``=`` (``x \\approx 3.14`` is ``3.14``, a decimal under the rules above).
+    (``2+2=5`` and ``y = 2+2+1 = 4 = 9`` match nothing). ``x \\in S`` is ``S``.
+  * Labels: a product of symbols without a coefficient (``PQ``, ``xy``) or a
+    ratio of such names (``A_1 : A_2``) equal to a symbol-free value is an
+    assignment too: ``PQ = 3`` is ``3``. ``3y + w = 2`` or ``2xy = 6`` is an
+    equation, never its right side. A list of assignments to distinct names
+    (``MN = 4, ST = 11``, ``a = 3, b = 1``) is ordered: it matches a bare list
+    or a tuple in order (a list ``x = 2, x = 3`` of one name stays a set).
+  * Ratios ``a : b`` match proportional ratios (``4:14`` = ``2:7``) and a
+    two-part ratio matches its quotient (``2:7`` = ``\\frac27``).
+  * Approximation: ``E \\approx d`` (E exact, d a decimal) answers with E,
+    or with d, but only if every decimal after ``\\approx`` is within one unit
+    of its last digit of E (``\\frac{\\sqrt3}{2} \\approx 0.866`` is
+    ``\\frac{\\sqrt3}{2}``; ``\\approx 0.5`` after it matches nothing). A bare
+    label before ``\\approx`` is no exact part: ``x \\approx 3.14`` is the
+    decimal 3.14 under the rules above. A reference ``E \\approx d`` is E.
   * Equations match if ``lhs - rhs`` of both are proportional (nonzero
     constant ratio at every probe point): ``y=2x+1`` = ``2x-y+1=0``.
-  * Inequalities in one variable become intervals. A prediction interval
-    matches a reference inequality; the reverse is rejected (a model must not
-    be paid for copying the question's inequality).
-  * Sets (``\\{...\\}``, bare comma lists, ``\\pm``, "or"/"and") are unordered
+  * Inequalities in one variable become intervals, as does ``x \\ne a`` (and
+    ``!=``): ``(-\\infty, a) \\cup (a, \\infty)``. Against a reference
+    inequality, a prediction interval or any inequality linear in the one
+    variable matches (``-y < 2`` = ``y > -2``, ``2z \\ge 6`` = ``z \\ge 3``).
+    Against a reference interval only a solved inequality (the bare symbol,
+    ``x < 3``, ``-3 \\le w < 8``, ``8 > w \\ge -3``) matches: a model is not
+    paid for copying the question's unsolved inequality (``2x+1 < 7``).
+  * Sets (``\\{...\\}``, bare comma lists, ``\\pm``, "or"/"and") are unordered.
+    A written set ``\\{...\\}`` (on either side) is a set: an element listed
+    twice counts once (``\\{3, 5, 3\\}`` = ``\\{3, 5\\}``). Otherwise they are
     multisets of equal size; tuples ``(a, b, c)`` and ``[a, b, c]`` are ordered;
     ``(a, b)`` is a tuple or an open interval and matches both; intervals
     compare closure and endpoints; unions are compared interval by interval.
     A bare list matches a tuple in order.
   * Matrices: same shape, element-wise. A vector tuple never equals a matrix.
+    Unevaluated matrix arithmetic is evaluated first: sums, differences,
+    scalar multiples and quotients, matrix products (shapes must agree), and
+    powers of a rational square matrix of <= 4 rows by an integer 1..20.
+  * ``\\sum_{k=a}^{b} body`` (the body is the product that follows, so
+    ``\\sum_{j=1}^{4} j^2 + 1`` is 31) is evaluated: numeric bounds with <= 200
+    terms; symbolic or infinite bounds only for a polynomial body (powers of
+    the index <= 10, never divided by it) or a geometric one (the index only
+    in exponents). A sum sympy leaves without a closed form -> False.
   * Multiple choice: a reference letter A-E (``C``, ``(C)``, ``\\text{(C)}``,
     ``(C) 12``) matches the prediction's leading option letter,
     case-insensitively (``\\textbf{(C)} 12`` = ``C``); the option text after
@@ -179,6 +219,11 @@ def _text_key(text: str) -> str:
   return re.sub(r'\s+', ' ', re.sub(r'[{}\\]', ' ', text)).strip().lower()
 
 
+def _space_key(text: str) -> str:
+  """The text without spaces, except between digits (``12 40`` is not 1240)."""
+  return re.sub(r'(?<!\d) +| +(?!\d)', '', text)
+
+
 def _parse(text: str) -> Any:
   return vv.to_value(parser.parse(text))
 
@@ -218,7 +263,7 @@ def _compare(pred: str, reference: str) -> bool:
   pn = an.normalize(pred)
   if not pn.text:
     return False
-  if pn.text.replace(' ', '') == ref.text.replace(' ', ''):
+  if _space_key(pn.text) == _space_key(ref.text):
     return True
   mc = _MC_REF.match(ref.text)
   if mc:

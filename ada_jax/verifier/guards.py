@@ -3,9 +3,9 @@
 Runs on the tuple AST from ``parser`` (the lexer and parser guard token
 count and nesting depth) before any sympy value is built or evaluated: a node
 count cap, then an upper bound on log10 of every exact numeric intermediate
-(numerators and denominators, powers, factorials, binomials, ``exp``), so
-power towers, ``10000!`` and ``10^{-10^{10}}`` trip a GuardError instead of
-hanging the verifier. An exponent or factorial argument is itself evaluated
+(numerators and denominators, powers, factorials, binomials, ``exp``, finite
+``\\sum`` terms), so power towers, ``10000!`` and ``10^{-10^{10}}`` trip a
+GuardError instead of hanging the verifier. An exponent or factorial argument is itself evaluated
 only once its bound is at most 8 digits (``_small_value``).
 """
 
@@ -26,6 +26,8 @@ MAX_SYMBOLIC_EXPONENT = 1000
 # precision or factoring; no real answer has them.
 MAX_FUNC_ARG_LOG10 = 300.0
 MAX_ROOT_INDEX = 100
+# A finite \sum with numeric bounds has at most this many terms.
+MAX_SUM_TERMS = 200
 
 
 def check_guards(node: nodes.Node) -> None:
@@ -79,6 +81,8 @@ def _log_size(node: nodes.Node, count: list[int]) -> float | None:
     if arg is not None and arg > MAX_FUNC_ARG_LOG10:
       raise nodes.GuardError('root of a huge number')
     return arg
+  if kind == 'sum':
+    return _sum_size(node, count)
   if kind == 'func':
     arg = _log_size(node[2], count)
     if node[3] is not None and _log_size(node[3], count) is None:
@@ -102,7 +106,7 @@ def _children(node: nodes.Node) -> list[nodes.Node]:
     return list(node[1])
   if kind == 'pair':
     return [node[1], node[2]]
-  if kind == 'rel':
+  if kind in ('rel', 'ratio'):
     return list(node[1])
   if kind == 'matrix':
     return [cell for row in node[1] for cell in row]
@@ -138,6 +142,117 @@ def _small_value(node: nodes.Node, size: float) -> float:
   if not math.isfinite(magnitude) or magnitude > 1e7:
     raise nodes.GuardError('exponent or argument too large')
   return result.real if result.imag == 0 else magnitude
+
+
+def _substitute(node: object, name: str, value: nodes.Node) -> object:
+  """``node`` with every ``('sym', name)`` replaced by ``value``."""
+  if node == ('sym', name):
+    return value
+  if isinstance(node, tuple):
+    return tuple(_substitute(c, name, value) for c in node)
+  if isinstance(node, list):
+    return [_substitute(c, name, value) for c in node]
+  return node
+
+
+_SYMBOLIC_SUM_BANNED = ('func', 'fact', 'binom', 'floor', 'ceil', 'abs', 'root')
+
+
+def _has_kind(node: object, kind: str) -> bool:
+  if isinstance(node, tuple):
+    return (bool(node) and node[0] == kind) or any(_has_kind(c, kind) for c in node)
+  if isinstance(node, list):
+    return any(_has_kind(c, kind) for c in node)
+  return False
+
+
+def _index_use(node: nodes.Node, var: str) -> tuple[bool, bool]:
+  """(index in a base or a plain term, index in an exponent) of a sum's body.
+
+  Raises GuardError for an index in a denominator or under a power that is
+  not an integer literal up to 10.
+  """
+  index = ('sym', var)
+  if not _has_kind_node(node, index):
+    return False, False
+  kind = node[0]
+  if node == index:
+    return True, False
+  if kind == 'pow':
+    if _has_kind_node(node[2], index):
+      if _has_kind_node(node[1], index):
+        raise nodes.GuardError('index in a base and its exponent')
+      return False, True
+    exponent = node[2]
+    if exponent[0] != 'num' or not exponent[1].isdigit() or int(exponent[1]) > 10:
+      raise nodes.GuardError('symbolic sum: a large power of the index')
+    return _index_use(node[1], var)
+  if kind == 'frac':
+    den = node[2]
+    if _has_kind_node(den, index) and (
+      den[0] != 'pow' or _has_kind_node(den[1], index)
+    ):
+      raise nodes.GuardError('symbolic sum: index in a denominator')
+    uses = [_index_use(node[1], var), _index_use(den, var)]
+  elif kind in ('add', 'mul'):
+    if kind == 'mul' and any(
+      op == '/' and _has_kind_node(c, index) and c[0] != 'pow' for op, c in node[1]
+    ):
+      raise nodes.GuardError('symbolic sum: index in a denominator')
+    uses = [_index_use(c, var) for _, c in node[1]]
+  else:
+    raise nodes.GuardError('symbolic sum of a hard body')
+  return any(u[0] for u in uses), any(u[1] for u in uses)
+
+
+def _has_kind_node(node: object, target: nodes.Node) -> bool:
+  if node == target:
+    return True
+  if isinstance(node, (tuple, list)):
+    return any(_has_kind_node(c, target) for c in node)
+  return False
+
+
+def _sum_size(node: nodes.Node, count: list[int]) -> float | None:
+  """A finite numeric sum: at most 200 terms, each bounded at the largest index.
+
+  The body is sized with the index replaced by the bound of largest
+  magnitude. Symbolic or infinite bounds (``\\sum_{k=1}^{n}``) take only a
+  polynomial or geometric body (``_index_use``); no nested sums.
+  """
+  _, var, lower, upper, body = node
+  lo, hi = _log_size(lower, count), _log_size(upper, count)
+  body_size = _log_size(body, count)
+  if _has_kind(body, 'sum'):
+    raise nodes.GuardError('nested sum')
+  if lo is None or hi is None or upper == ('const', 'oo'):
+    if lo is not None:
+      _small_value(lower, lo)
+    # Only closed forms sympy finds fast: a polynomial in the index (powers
+    # <= 10, never divided by it) or a geometric term (the index only in
+    # exponents), and a small body (<= 100 digits at index 10).
+    if any(_has_kind(body, k) for k in _SYMBOLIC_SUM_BANNED):
+      raise nodes.GuardError('symbolic sum of a hard body')
+    in_base, in_exponent = _index_use(body, var)
+    if in_base and in_exponent:
+      raise nodes.GuardError('symbolic sum of a mixed body')
+    at_ten = _log_size(_substitute(body, var, ('num', '10')), count)  # type: ignore[arg-type]
+    if at_ten is not None and at_ten > 100:
+      raise nodes.GuardError('symbolic sum of a large body')
+    return None
+  lo_v, hi_v = _small_value(lower, lo), _small_value(upper, hi)
+  if not (float(lo_v).is_integer() and float(hi_v).is_integer()):
+    raise nodes.GuardError('non-integer summation bounds')
+  terms = int(hi_v) - int(lo_v) + 1
+  if terms > MAX_SUM_TERMS:
+    raise nodes.GuardError('too many summation terms')
+  if terms <= 0:
+    return 1.0
+  big = ('num', str(int(max(abs(lo_v), abs(hi_v), 1))))
+  size = _log_size(_substitute(body, var, big), count)  # type: ignore[arg-type]
+  if size is None:
+    return body_size
+  return _bounded(size * terms + 1)  # a sum of fractions: the lcm grows
 
 
 def _pow_size(node: nodes.Node, count: list[int]) -> float | None:

@@ -87,7 +87,7 @@ _CMD_OPS = {
   'geqslant': '>=',
   'lt': '<',
   'gt': '>',
-  'approx': '=',  # x \approx 3.14 states a value like x = 3.14
+  'approx': '~=',  # E \approx 0.7: a value, then its approximation
   'ne': '!=',
   'neq': '!=',
   'pm': 'pm',
@@ -111,11 +111,22 @@ _CMD_CONSTS = {
   'reals': 'reals',
 }
 _STRUCT_CMDS = frozenset(
-  ['frac', 'sqrt', 'binom', 'lfloor', 'rfloor', 'lceil', 'rceil', 'begin', 'end']
+  [
+    'frac',
+    'sqrt',
+    'binom',
+    'lfloor',
+    'rfloor',
+    'lceil',
+    'rceil',
+    'begin',
+    'end',
+    'sum',
+  ]
 )
 # Two-letter words that make an answer text rather than a product (n*o).
 _SHORT_WORDS = frozenset(['no', 'is', 'of', 'to', 'it', 'by', 'be', 'on'])
-_SINGLE = set('+-*/^_!()[]{},|=<>;&')
+_SINGLE = set('+-*/^_!()[]{},|=<>;&:')
 
 
 def tokenize(text: str) -> list[tuple[str, str]]:

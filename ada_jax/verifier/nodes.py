@@ -8,8 +8,9 @@ what the stages share: the node format and the three errors they raise.
 AST nodes are tuples whose first element is the node kind:
 
   scalars:    num, sym, const, add, mul, frac, mixed, pow, fact, binom, abs,
-              floor, ceil, root, func
-  structures: list, set, tuple, pair, union, rel, matrix
+              floor, ceil, root, func, sum (``('sum', var, lo, hi, body)``)
+  structures: list, set, tuple, pair, union, rel, ratio, matrix (a matrix
+              may also stand inside add/mul/frac/pow: matrix arithmetic)
 
 ``add`` holds ``(sign, term)`` pairs where sign is one of ``+ - pm mp``; a
 ``\\pm`` expands into two values (see ``build.has_pm`` and

@@ -98,7 +98,50 @@ def extract(response: str, *, limit: int = MAX_BOX_CHARS) -> str | None:
   if span is None:
     return None
   content = response[span[0] : span[1]]
-  return content if content.strip() else None
+  if not content.strip():
+    return None
+  return _joined_boxes(response, pos, content, limit)
+
+
+# What may stand between two boxes of one answer: list separators (at least
+# one of , ; and or), math delimiters, spacing and a label such as ``b =``.
+_GLUE = re.compile(
+  r'(?:\s|\$|\\[,;: ]|\\q?quad|\\text\{\s*(?:and|or)\s*\}|[,;]|\b(?:and|or)\b|'
+  r'[A-Za-z](?:_\{?\w{1,3}\}?)?\s*=)*'
+)
+_GLUE_SEP = re.compile(r'[,;]|\b(?:and|or)\b')
+_MAX_GLUE = 40
+_MAX_JOINED = 10
+
+
+def _joined_boxes(text: str, pos: int, content: str, limit: int) -> str:
+  """Joins the boxes just before the last one when only list glue separates them.
+
+  ``\\boxed{-1}, \\boxed{4}`` and ``\\boxed{2} or \\boxed{3}`` answer ``-1, 4``
+  and ``2, 3`` (so a hedge never matches one of its values); boxes with any
+  other words between them stay apart, and the last box alone is the answer.
+  Identical boxes collapse into one. Bounded work: at most 10 boxes.
+  """
+  parts = [content]
+  for _ in range(_MAX_JOINED - 1):
+    prev = _box_start(text, pos)
+    if prev < 0:
+      break
+    span = _box_span(text, prev, limit)
+    if span is None or span[1] >= pos:
+      break
+    glue = text[span[1] + 1 : pos]
+    if len(glue) > _MAX_GLUE or not _GLUE.fullmatch(glue) or not _GLUE_SEP.search(glue):
+      break
+    inner = text[span[0] : span[1]]
+    if not inner.strip():
+      break
+    parts.append(inner)
+    pos = prev
+  if len({p.strip() for p in parts}) == 1:
+    return content
+  joined = ', '.join(reversed(parts))
+  return joined if len(joined) <= limit else content
 
 
 _ANSWER_IS = re.compile(r'answer\s+is\s*:?\s*', re.IGNORECASE)
@@ -148,7 +191,7 @@ _WRAP = re.compile(r'\\(' + _TEXT_CMDS + '|' + _MATH_CMDS + r')\s*\{([^{}]*)\}')
 _OLD_FONT = re.compile(r'\{\\(?:bf|rm|it)\s+([^{}]*)\}')
 _SPACING = re.compile(r'(?<!\\)\\(?:[,;:! ]|quad\b|qquad\b|hspace\*?\{[^{}]*\})|~')
 _DELIMS = re.compile(r'\\(?:left|right|bigl|bigr|Bigl|Bigr|big|Big)(?![a-zA-Z])\.?')
-_PERCENT = re.compile(r'\\%|%|\bpercent\b', re.IGNORECASE)
+_PERCENT = re.compile(r'\\%|%|\bper\s?cent(?:age)?s?\b|\bpct\b', re.IGNORECASE)
 _DEGREES = re.compile(
   r'\^\s*\{\s*\\circ\s*\}|\^\s*\\circ|\\circ|\\degree\b|\bdegrees?\b', re.IGNORECASE
 )
@@ -254,12 +297,33 @@ def _drop_trailing_text(match: re.Match[str]) -> str:
   return match.group('v')
 
 
+# LaTeX spacing between digit groups: 12\\,400, 1\\ 234\\ 567, 12{,} 400.
+_SPACED_THOUSANDS = re.compile(r'(\d)\s*(?:\{,\}|\\[,;: !]|,\\!|~)\s*(?=\d{3}(?!\d))')
+_PLAIN_SPACED_THOUSANDS = re.compile(r'^-?\d{1,3}(?: \d{3})+(?:\.\d+)?$')
+_BACKSLASH_RUN = re.compile(r'\\+')
+
+
+def _halve_backslashes(text: str) -> str:
+  """``\\\\frac{1}{2}`` (JSON-escaped LaTeX) as ``\\frac{1}{2}``.
+
+  Only when every run of backslashes has even length and one of them starts
+  a command or escapes a brace, so a matrix row break ``\\\\`` in otherwise
+  single-backslash LaTeX is kept.
+  """
+  if '\\\\' not in text:
+    return text
+  runs = _BACKSLASH_RUN.findall(text)
+  if any(len(r) % 2 for r in runs) or not re.search(r'\\\\[a-zA-Z{}]', text):
+    return text
+  return _BACKSLASH_RUN.sub(lambda m: '\\' * (len(m.group()) // 2), text)
+
+
 def normalize(answer: str) -> Normalized:
   """Canonical string form of an answer plus its ``%`` and degree flags.
 
   Idempotent on its own output (up to the flags, which it reports once).
   """
-  text = answer
+  text = _halve_backslashes(answer)
   for key, value in _UNICODE.items():
     if key in text:
       text = text.replace(key, value)
@@ -268,13 +332,15 @@ def normalize(answer: str) -> Normalized:
   text = _inner_boxes(text)
   text = re.sub(r'\\[dtc]frac(?![a-zA-Z])', r'\\frac', text)
   text = re.sub(r'\\[dt]binom(?![a-zA-Z])', r'\\binom', text)
-  text = re.sub(r'\\(?:displaystyle|textstyle|scriptstyle)(?![a-zA-Z])', '', text)
+  text = re.sub(
+    r'\\(?:displaystyle|textstyle|scriptstyle|limits|nolimits)(?![a-zA-Z])', '', text
+  )
   text = _DELIMS.sub('', text)
   text = re.sub(r'\{([^{}]*)\\over([^{}]*)\}', r'\\frac{\1}{\2}', text)
   text = re.sub(r'^([^{}]*)\\over([^{}]*)$', r'\\frac{\1}{\2}', text)
   text = text.replace('\\mathbb{R}', '\\reals').replace('\\mathbb R', '\\reals')
   # Thousands separators in their unambiguous LaTeX spellings.
-  text = re.sub(r'(\d)(?:\{,\}|\\,|,\\!)(?=\d{3}(?!\d))', r'\1', text)
+  text = _SPACED_THOUSANDS.sub(r'\1', text)
   percent = bool(_PERCENT.search(text))
   if percent:
     text = _PERCENT.sub(' ', text)
@@ -303,6 +369,8 @@ def normalize(answer: str) -> Normalized:
   text = unwrap(text).strip()
   text = _REPEAT.sub(_repeating, text)
   text = re.sub(r'_\{(\w)\}', r'_\1', text)  # x_{1} and x_1, 1011_{2} and 1011_2
+  if _PLAIN_SPACED_THOUSANDS.match(text):
+    text = text.replace(' ', '')
   if _THOUSANDS.match(text):
     text = text.replace(',', '')
   sci = _SCI.match(text)

@@ -8,10 +8,11 @@ before anything is evaluated; ``build`` then turns a guarded AST into
 sympy objects with ``evaluate=False``.
 
 Grammar, loosest binding first: items (``,`` ``;``), relation (``= < <= > >=
-!= \\in``), union (``\\cup``), sum (``+ - \\pm \\mp``), product (``* /`` and
-juxtaposition, with ``2\\frac{1}{2}`` a mixed number), power and factorial,
-atoms (numbers, symbols, constants, brackets, ``\\{...\\}``, ``|x|``,
-``\\frac``, ``\\sqrt``, ``\\binom``, floor/ceil, functions, matrices).
+!= \\in \\approx``), ratio (``a : b``), union (``\\cup``), sum (``+ - \\pm
+\\mp``), product (``* /`` and juxtaposition, with ``2\\frac{1}{2}`` a mixed
+number), power and factorial, atoms (numbers, symbols, constants, brackets,
+``\\{...\\}``, ``|x|``, ``\\frac``, ``\\sqrt``, ``\\binom``, floor/ceil,
+functions, matrices, ``\\sum_{k=a}^{b}`` over the product that follows).
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ MAX_DEPTH = 50  # guard: deeper nesting raises GuardError
 _MATRIX_ENVS = frozenset(
   ['pmatrix', 'bmatrix', 'Bmatrix', 'matrix', 'smallmatrix', 'array']
 )
-_REL_OPS = frozenset(['=', '<', '>', '<=', '>=', '!=', 'in'])
+_REL_OPS = frozenset(['=', '<', '>', '<=', '>=', '!=', 'in', '~='])
 
 
 class _Parser:
@@ -33,6 +34,7 @@ class _Parser:
     self.toks = toks
     self.i = 0
     self.depth = 0
+    self.bound: set[str] = set()  # summation indices (i, e are not constants)
 
   def peek(self) -> tuple[str, str]:
     return self.toks[self.i] if self.i < len(self.toks) else ('end', '')
@@ -75,11 +77,18 @@ class _Parser:
     return out
 
   def relation(self) -> nodes.Node:
-    parts, ops = [self.union()], []
+    parts, ops = [self.ratio()], []
     while self.peek()[0] == 'op' and self.peek()[1] in _REL_OPS:
       ops.append(self.take()[1])
-      parts.append(self.union())
+      parts.append(self.ratio())
     return ('rel', parts, ops) if ops else parts[0]
+
+  def ratio(self) -> nodes.Node:
+    parts = [self.union()]
+    while self.is_op(':'):
+      self.i += 1
+      parts.append(self.union())
+    return ('ratio', parts) if len(parts) > 1 else parts[0]
 
   def union(self) -> nodes.Node:
     parts = [self.add()]
@@ -185,6 +194,8 @@ class _Parser:
       if self.is_op('_'):
         self.i += 1
         name = f'{name}_{self.subscript()}'
+      elif text in self.bound:
+        return ('sym', name)
       elif text == 'e':
         return ('const', 'E')
       elif text == 'i':
@@ -270,6 +281,8 @@ class _Parser:
       return self.function(name)
     if name == 'begin':
       return self.matrix()
+    if name == 'sum':
+      return self.summation()
     raise nodes.ParseError(f'unexpected \\{name}')
 
   def function(self, name: str) -> nodes.Node:
@@ -301,6 +314,32 @@ class _Parser:
       arg = factors[0][1] if len(factors) == 1 else ('mul', factors)
     node: nodes.Node = ('func', name, arg, base)
     return ('pow', node, power) if power is not None else node
+
+  def summation(self) -> nodes.Node:
+    """``\\sum_{k=a}^{b}`` and the implicit product after it (its body)."""
+    self.enter()
+    try:
+      self.expect('_')
+      self.expect('{')
+      kind, var = self.take()
+      if kind != 'letter':
+        raise nodes.ParseError('bad summation index')
+      self.expect('=')
+      lower = self.add()
+      self.expect('}')
+      self.expect('^')
+      upper = self.script_arg()
+      shadowed = var in self.bound
+      self.bound.add(var)
+      factors = [('*', self.factor())]
+      while self.starts_implicit():
+        factors.append(('*', self.factor()))
+      if not shadowed:
+        self.bound.discard(var)
+      body = factors[0][1] if len(factors) == 1 else ('mul', factors)
+      return ('sum', var, lower, upper, body)
+    finally:
+      self.leave()
 
   def env_name(self) -> str:
     self.expect('{')

@@ -85,6 +85,15 @@ def _decimal_close(dec: sympy.Rational, places: int, exact: sympy.Expr) -> bool:
   return bool(diff.is_number and diff < sympy.N(unit, 60))
 
 
+def approximates(dec: vv.Scalar, exact: vv.Scalar) -> bool:
+  """Whether decimal ``dec`` is ``exact`` or within one unit of its last digit."""
+  if not dec.decimal or exact.expr.free_symbols:
+    return False
+  if _exact_equal(dec.expr, exact.expr):
+    return True
+  return _decimal_close(dec.expr, dec.decimal[0], exact.expr)
+
+
 def scalar_equiv(p: vv.Scalar, r: vv.Scalar, flags: Flags) -> bool:
   """Whether prediction ``p`` equals reference ``r`` under the numeric policy."""
   a, b = p.expr, r.expr

@@ -3,15 +3,17 @@
 The verifier interprets the guarded tuple AST of ``parser`` as one of a
 few value classes before comparing: ``Scalar`` (an evaluated sympy number or
 expression, with its decimal precision when written as a decimal), ``Seq``
-(list, set, tuple, ``(a, b)`` pair, or the two branches of a ``\\pm``),
-``Intervals`` (a union of intervals with closure), ``Rel`` (an equation,
-inequality or ``\\in`` chain) and ``Matrix``. Also here: which relations are
-assignments (``x = 5``) and which inequalities read as intervals.
+(list, set, tuple, ``(a, b)`` pair, ``a : b`` ratio, or the two branches of a
+``\\pm``), ``Intervals`` (a union of intervals with closure), ``Rel`` (an
+equation, inequality, ``\\approx`` or ``\\in`` chain) and ``Matrix`` (also the
+result of matrix arithmetic). Also here: which relations are assignments
+(``x = 5``, ``PQ = 3``) and which inequalities read as intervals.
 """
 
 from __future__ import annotations
 
 import dataclasses
+from collections import Counter
 from typing import Any
 
 import sympy
@@ -34,9 +36,11 @@ class Scalar:
 class Seq:
   """An ordered or unordered collection of values.
 
-  ``kind`` is list (a bare comma list), set, tuple, pair (``(a, b)``, a tuple
-  or an interval) or pm (the two branches of a ``\\pm``); ``brackets`` are the
-  opening and closing brackets of a tuple or pair.
+  ``kind`` is list (a bare comma list), labelled (a list of assignments to
+  distinct names, ``a = 3, b = 1``: ordered), set, tuple, pair (``(a, b)``, a
+  tuple or an interval), ratio (``a : b``) or pm (the two branches of a
+  ``\\pm``); ``brackets`` are the opening and closing brackets of a tuple or
+  pair.
   """
 
   kind: str
@@ -53,7 +57,7 @@ class Intervals:
 
 @dataclasses.dataclass
 class Rel:
-  """A chain ``parts[0] ops[0] parts[1] ...`` of =, <, <=, >, >=, != or in."""
+  """A chain ``parts[0] ops[0] parts[1] ...`` of =, <, <=, >, >=, !=, in, ~=."""
 
   parts: list[Any]
   ops: list[str]
@@ -81,16 +85,21 @@ def to_value(node: nodes.Node) -> Any:
   vd.check()
   kind = node[0]
   if kind in ('list', 'set'):
-    items = []
+    items, labels = [], []
     for item in node[1]:
       value = to_value(item)
       if isinstance(value, Rel) and is_assignment(value):
+        labels.append(str(_label_key(value.parts[0])))
         value = value.parts[1]
       items.extend(
         value.items if isinstance(value, Seq) and value.kind == 'pm' else [value]
       )
     if len(items) > MAX_ITEMS:
       raise nodes.GuardError('too many items')
+    if kind == 'list' and len(labels) == len(node[1]) > 1 == max(
+      Counter(labels).values()
+    ):
+      kind = 'labelled'  # a = 3, b = 1: distinct names, so the order counts
     return Seq(kind, items)
   if kind == 'tuple':
     return Seq('tuple', [to_value(i) for i in node[1]], node[2])
@@ -107,8 +116,20 @@ def to_value(node: nodes.Node) -> Any:
     return Intervals(parts)
   if kind == 'rel':
     return Rel([to_value(p) for p in node[1]], node[2])
+  if kind == 'ratio':
+    items = [to_value(p) for p in node[1]]
+    if not all(isinstance(i, Scalar) for i in items):
+      raise nodes.ParseError('ratio of non-scalars')
+    return Seq('ratio', items)
   if kind == 'matrix':
     return Matrix([[to_value(c) for c in row] for row in node[1]])
+  if build.has_matrix(node):
+    value = build.evaluate_matrix(node)
+    if isinstance(value, sympy.MatrixBase):
+      return Matrix(
+        [[Scalar(value[r, c]) for c in range(value.cols)] for r in range(value.rows)]
+      )
+    return Scalar(value)
   if kind == 'const' and node[1] == 'reals':
     return Intervals([(-sympy.oo, sympy.oo, False, False)])
   if kind == 'const' and node[1] == 'empty':
@@ -121,11 +142,35 @@ def to_value(node: nodes.Node) -> Any:
   return Scalar(build.evaluate(node), _decimal_meta(node))
 
 
+def _label_key(value: Any) -> Any:
+  if isinstance(value, Scalar):
+    return value.expr
+  return tuple(_label_key(i) for i in value.items)
+
+
+def _is_name(value: Any) -> bool:
+  """A label: a product of symbols without a coefficient (``PQ``, ``xy``)."""
+  if not isinstance(value, Scalar):
+    return False
+  expr = value.expr
+  return expr.is_Mul and all(isinstance(a, sympy.Symbol) for a in expr.args)
+
+
 def is_assignment(rel: Rel) -> bool:
-  """``x = ...``, ``x_1 = ...`` or ``(x, y) = ...`` with a symbol-free right side."""
-  if rel.ops != ['=']:
+  """``x = ...``, ``x_1 = ...`` or ``(x, y) = ...`` whose right side lacks x.
+
+  Also a label: ``PQ = 3`` or ``A_1 : A_2 = 5 : 9`` (a product or ratio of
+  symbols) with a symbol-free right side.
+  """
+  if rel.ops not in (['='], ['~=']):
     return False
   lhs, rhs = rel.parts
+  if _is_name(lhs) or (
+    isinstance(lhs, Seq)
+    and lhs.kind == 'ratio'
+    and all(_is_name(i) or isinstance(i.expr, sympy.Symbol) for i in lhs.items)
+  ):
+    return not symbols_of(rhs)
   if isinstance(lhs, Scalar) and isinstance(lhs.expr, sympy.Symbol):
     names = {lhs.expr}
   elif (
@@ -168,9 +213,31 @@ def as_intervals(value: Any) -> Intervals | None:
   return None
 
 
-def inequality_intervals(rel: Rel) -> Intervals | None:
-  """``a < x <= b``, ``x > a``, ``a \\ge x`` in one symbol as intervals."""
+_FLIP = {'<': '>', '<=': '>=', '>': '<', '>=': '<='}
+
+
+def _linear(expr: sympy.Expr, sym: sympy.Symbol) -> tuple[Any, Any] | None:
+  """``(a, c)`` with ``expr = a * sym + c``, a a nonzero real number; else None."""
+  vd.check()
+  a = sympy.diff(expr, sym)  # constant exactly when expr is linear (no expand)
+  if a.free_symbols or not (a.is_real and a.is_nonzero):
+    return None
+  c = expr.subs(sym, 0)
+  if c.free_symbols or not c.is_real:
+    return None
+  return a, c
+
+
+def inequality_intervals(rel: Rel, *, solved: bool = False) -> Intervals | None:
+  """An inequality chain (or ``x \\ne a``) in one symbol as intervals.
+
+  ``a < x <= b``, ``x > a``, ``a \\ge x``; unless ``solved``, also linear
+  forms ``-y < 2`` and ``1 < 2x + 1 < 5`` (the symbol only in the middle of a
+  double inequality). ``solved`` demands the bare symbol.
+  """
   ops = rel.ops
+  if ops == ['!=']:
+    return _not_equal(rel, solved)
   if not ops or any(op not in ('<', '<=', '>', '>=') for op in ops) or len(ops) > 2:
     return None
   if not all(isinstance(p, Scalar) for p in rel.parts):
@@ -182,10 +249,63 @@ def inequality_intervals(rel: Rel) -> Intervals | None:
     return None
   syms = [i for i, e in enumerate(exprs) if isinstance(e, sympy.Symbol)]
   if len(syms) != 1 or any(e.free_symbols for i, e in enumerate(exprs) if i != syms[0]):
-    return None
+    return None if solved else _linear_intervals(exprs, ops)
   k = syms[0]
   lo, lo_closed = (exprs[k - 1], ops[k - 1] == '<=') if k > 0 else (-sympy.oo, False)
   hi, hi_closed = (
     (exprs[k + 1], ops[k] == '<=') if k + 1 < len(exprs) else (sympy.oo, False)
   )
   return Intervals([(lo, hi, lo_closed, hi_closed)])
+
+
+def _linear_intervals(exprs: list[Any], ops: list[str]) -> Intervals | None:
+  """An ascending chain with one symbol appearing linearly, solved for it."""
+  free = set().union(*[e.free_symbols for e in exprs])
+  if len(free) != 1:
+    return None
+  sym = next(iter(free))
+  if len(exprs) == 2:
+    # f < g  <=>  (a) sym + c < 0
+    lin = _linear(sympy.Add(exprs[0], -exprs[1]), sym)
+    if lin is None:
+      return None
+    a, c = lin
+    bound = -c / a
+    op = ops[0] if a > 0 else _FLIP[ops[0]]
+    closed = op in ('<=', '>=')
+    if op in ('<', '<='):
+      return Intervals([(-sympy.oo, bound, False, closed)])
+    return Intervals([(bound, sympy.oo, closed, False)])
+  if exprs[0].free_symbols or exprs[2].free_symbols:
+    return None
+  lin = _linear(exprs[1], sym)
+  if lin is None:
+    return None
+  a, c = lin
+  ends = [(exprs[0] - c) / a, (exprs[2] - c) / a]
+  closed = [ops[0] == '<=', ops[1] == '<=']
+  if a < 0:
+    ends, closed = ends[::-1], closed[::-1]
+  return Intervals([(ends[0], ends[1], closed[0], closed[1])])
+
+
+def _not_equal(rel: Rel, solved: bool) -> Intervals | None:
+  """``x \\ne a`` as ``(-oo, a) U (a, oo)``."""
+  if not all(isinstance(p, Scalar) for p in rel.parts):
+    return None
+  lhs, rhs = (p.expr for p in rel.parts)
+  if isinstance(rhs, sympy.Symbol) and not lhs.free_symbols:
+    lhs, rhs = rhs, lhs
+  if isinstance(lhs, sympy.Symbol) and not rhs.free_symbols:
+    point = rhs
+  else:
+    free = lhs.free_symbols | rhs.free_symbols
+    if solved or len(free) != 1:
+      return None
+    lin = _linear(sympy.Add(lhs, -rhs), next(iter(free)))
+    if lin is None:
+      return None
+    point = -lin[1] / lin[0]
+  if not point.is_real:
+    return None
+  return Intervals([(-sympy.oo, point, False, False), (point, sympy.oo, False, False)])
