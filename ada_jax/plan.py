@@ -1,13 +1,25 @@
 r"""Memory plan before launch: will this config fit the pod's HBM?
 
   python -m ada_jax.plan --config configs/qwen25_math_7b.py:tpu=v5p-64 \
-      [--config.rl.micro_batch_rows=32 ...] [--devices 32] [--hbm-gib 95]
+      [--config.rl.micro_batch_rows=32 ...] [--devices 32] [--hbm-gib 95] \
+      [--check [--check-phases update,old_logp,...]]
 
 Prints the per-device bytes of every buffer of one RL step (params in the
 training layout and the sampling copy, AdamW state, gradients, prompt cache,
 the KV cache of a sampling round, the rollout buffer, the activations of the
 old-logp pass and of the update) grouped by phase, and ends with one line:
-`fits: X GiB of Y GiB per device` or `does NOT fit: X > Y GiB; reduce ...`.
+`fits: X GiB of Y GiB per device` or `does NOT fit: X > Y GiB; ...` naming
+the smallest change that fits. Before it: the trainer's own evaluation and
+the evaluate / select_prompts commands (their own verdicts), and a roofline
+step-time estimate per phase beside the paper's measured step times
+(information, not a promise).
+
+`--check` then compiles the config's real programs (the trainer's jitted
+update, old-logp pass and sampling rounds, on abstract inputs in the layouts
+the trainer produces) on the devices at hand and prints `phase NAME: plan X
+GiB, compiled Y GiB, ratio R` per phase and `check: worst ratio R (PHASE)`.
+On CPU `--devices N` fakes N devices; XLA:CPU says nothing certain about TPU
+tiling. On a TPU VM it compiles for the real chips (no weights needed).
 
 Needs no TPU and no weights: model dims come from `model.hf_path`'s
 config.json when set, else from the built-in table of the four paper models
@@ -24,10 +36,12 @@ M rounds, R training rows, V vocab.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import re
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 from ada_jax import from_config
 
@@ -55,7 +69,12 @@ def _config_arg(spec: str) -> tuple[str, dict[str, str]]:
 
 
 def model_config(c, config_name: str):
-  """The policy's ModelConfig: hf_path's config.json, the paper table, or tiny."""
+  """The policy's ModelConfig: hf_path's config.json, the paper table, or tiny.
+
+  With the config's execution choices (`model.attention`, `model.remat`).
+  """
+  import dataclasses
+
   import jax.numpy as jnp
 
   from ada_jax.planner import models
@@ -64,28 +83,41 @@ def model_config(c, config_name: str):
     return from_config.model_config(c)
   if config_name in models.PAPER_MODELS:
     dtype, param_dtype = jnp.dtype(c.model.dtype), jnp.dtype(c.model.param_dtype)
-    return models.model_config(config_name, dtype, param_dtype)
+    cfg = models.model_config(config_name, dtype, param_dtype)
+    return dataclasses.replace(cfg, **from_config.execution(c))
   raise ValueError(
     f'config {config_name}: no model dims: set --config.model.hf_path (config.json '
     f'is read, no weights) or use one of {sorted(models.PAPER_MODELS)}'
   )
 
 
-def step_shapes(c):
+# What `python -m ada_jax.evaluate` generates by default (its
+# DEFAULT_MAX_NEW_TOKENS; a command does not import another), capped there
+# by the model's positions minus the prompt bucket.
+EVAL_NEW_TOKENS = 4096
+
+
+def step_shapes(c, cfg=None, eval_new_tokens: int = EVAL_NEW_TOKENS):
   """StepShapes of a config (R from adaptive.max_rows)."""
   from ada_jax.planner import memory as memory_plan
+  from ada_jax.rl import update
 
   rl = c.rl
   rows = from_config.controller(c).max_rows(rl.prompts_per_step)
+  bucket = c.data.prompt_bucket
+  if cfg is not None:
+    eval_new_tokens = min(eval_new_tokens, cfg.max_position_embeddings - bucket)
   return memory_plan.StepShapes(
     prompts=rl.prompts_per_step,
-    prompt_len=c.data.prompt_bucket,
+    prompt_len=bucket,
     new_tokens=c.sampling.max_new_tokens,
     slots=rl.slots,
     max_rounds=rl.max_rounds,
     rows=rows,
     mini_batch_rows=rl.mini_batch_rows,
     micro_batch_rows=rl.micro_batch_rows,
+    eval_new_tokens=eval_new_tokens,
+    logit_chunk=update.LOGIT_CHUNK,
   )
 
 
@@ -101,14 +133,22 @@ def _mib(n: float) -> str:
   return f'{n / 2**20:11.2f}'
 
 
-def report(c, spec: str, devices: int | None, hbm_gib: float | None) -> str:
-  """The plan table and the final fits / does NOT fit line, as text."""
-  import jax.numpy as jnp
+_PHASE_ORDER = (
+  'resident',
+  'sampling',
+  'old_logp',
+  'update',
+  'pass_rates',
+  'evaluation',
+  'selection',
+)
 
+
+def _target(spec: str, devices: int | None, hbm_gib: float | None):
+  """(chip kind or None, devices, HBM GiB) from the tpu= preset and overrides."""
   from ada_jax.planner import chips
-  from ada_jax.planner import memory as memory_plan
 
-  name, args = _config_arg(spec)
+  _, args = _config_arg(spec)
   chip = None
   if args.get('tpu'):
     chip, preset_devices = tpu_preset(args['tpu'])
@@ -119,11 +159,71 @@ def report(c, spec: str, devices: int | None, hbm_gib: float | None) -> str:
     if chip not in chips.CHIP_HBM_GIB:
       raise ValueError(f'no HBM size known for chip {chip!r}: pass --hbm-gib')
     hbm_gib = chips.CHIP_HBM_GIB[chip]
+  return chip, devices, hbm_gib
+
+
+def step_time_lines(c, cfg, shapes, mesh, chip: str | None) -> list[str]:
+  """The roofline lower bound per phase, beside the paper's step times."""
+  from ada_jax.planner import chips, step_time
+
+  if chip not in chips.CHIPS:
+    return ['step time: no chip peaks known (no tpu= preset): not estimated']
+  phases = step_time.estimate(
+    cfg,
+    prompts=shapes.prompts,
+    prompt_len=shapes.prompt_len,
+    new_tokens=shapes.new_tokens,
+    slots=shapes.slots,
+    rounds=shapes.max_rounds,
+    rows=shapes.rows,
+    micro_batch_rows=shapes.micro_batch_rows,
+    mini_batch_rows=shapes.mini_batch_rows,
+    epochs=c.rl.epochs,
+    mesh=mesh,
+    chip=chips.CHIPS[chip],
+    remat=cfg.remat,
+  )
+  lines = [
+    f'step time (roofline lower bound on {chip}: information, not a promise; '
+    'collectives, the host, the verifier and kernel efficiency come on top):'
+  ]
+  for ph in phases:
+    lines.append(
+      f'  {ph.name:<16} {ph.seconds:8.1f} s  {ph.bound}-bound  '
+      f'{ph.flops / 1e12:10.1f} TFLOP, {ph.hbm_bytes / 1e9:9.1f} GB per device  '
+      f'{ph.note}'
+    )
+  total = step_time.total_seconds(phases)
+  paper = ', '.join(f'{k} {v:g} s' for k, v in step_time.PAPER_STEP_S.items())
+  lines.append(
+    f'  {"step":<16} {total:8.1f} s  (the paper, Qwen2.5-Math-7B on 8xH100 with '
+    f'verl, measured: {paper})'
+  )
+  return lines
+
+
+def report(
+  c,
+  spec: str,
+  devices: int | None,
+  hbm_gib: float | None,
+  *,
+  eval_new_tokens: int = EVAL_NEW_TOKENS,
+) -> str:
+  """The plan table, the step time and the final fits / does NOT fit line."""
+  import jax.numpy as jnp
+
+  from ada_jax.planner import memory as memory_plan
+
+  name, _ = _config_arg(spec)
+  chip, devices, hbm_gib = _target(spec, devices, hbm_gib)
   cfg = model_config(c, name)
-  shapes = step_shapes(c)
+  shapes = step_shapes(c, cfg, eval_new_tokens)
   mesh = memory_plan.resolve_mesh(dict(c.mesh), devices)
-  p = memory_plan.plan(cfg, shapes, mesh)
+  backend = 'tpu' if chip else 'cpu'
+  p = memory_plan.plan(cfg, shapes, mesh, backend=backend)
   n_params = memory_plan.count_params(cfg)
+  t = shapes.prompt_len + shapes.new_tokens
   lines = [
     f'plan: {spec}  {devices} devices x {hbm_gib:g} GiB, mesh (data, fsdp, '
     f'tensor) = {mesh}',
@@ -134,60 +234,392 @@ def report(c, spec: str, devices: int | None, hbm_gib: float | None) -> str:
     f'master, {c.model.dtype} compute/KV)',
     f'step: B={shapes.prompts} P={shapes.prompt_len} N={shapes.new_tokens} '
     f'S={shapes.slots} M={shapes.max_rounds} R={shapes.rows} '
-    f'mini={shapes.mini_batch_rows} micro={shapes.micro_batch_rows}',
+    f'mini={shapes.mini_batch_rows} micro={shapes.micro_batch_rows} '
+    f'({p.update_rows_per_device} rows/device), attention={cfg.attention} '
+    f'({memory_plan.attention_impl(cfg, t, backend)} at T={t} on {backend}), '
+    f'remat={cfg.remat}',
     '',
-    f'{"component":<34} {"phase":<9} {"GiB/dev":>9} {"MiB/dev":>11}  note',
+    f'{"component":<46} {"phase":<10} {"GiB/dev":>9} {"MiB/dev":>11}  note',
   ]
-  for item in p.items:
-    lines.append(
-      f'{item.name:<34} {item.phase:<9} {_gib(item.bytes)} {_mib(item.bytes)}  '
-      f'{item.note}'
-    )
+  for phase in _PHASE_ORDER:
+    for item in p.items:
+      if item.phase == phase:
+        lines.append(
+          f'{item.name.strip():<46} {item.phase:<10} {_gib(item.bytes)} '
+          f'{_mib(item.bytes)}  {item.note}'
+        )
   lines.append('')
   for phase, total in p.phases.items():
     mark = '  <- peak' if phase == p.peak_phase else ''
-    lines.append(f'total during {phase:<9}{"":<22}{_gib(total)} {_mib(total)}{mark}')
+    lines.append(f'total during {phase:<10}{"":<34}{_gib(total)} {_mib(total)}{mark}')
   hbm = hbm_gib * 2**30
-  if p.update_rows_per_device > p.update_rows_intended:
-    fixed = memory_plan.plan(cfg, shapes, mesh, micro_rows=p.update_rows_intended)
-    lines.append(
-      f'note: update.rl_update computes {p.update_rows_per_device} rows/device per '
-      f'micro-batch, not {shapes.micro_batch_rows}/{mesh[0] * mesh[1]} = '
-      f'{p.update_rows_intended}: its [R/mini, mini/micro, micro] reshape puts the '
-      'row shards on the scanned dims; split over all data x fsdp devices, the '
-      f'update would need {fixed.phase_bytes("update") / 2**30:.2f} GiB'
-    )
-  if p.phase_bytes('old_logp') > hbm:
-    lines.append(
-      f'note: the old-logp pass (update.logp_jit) runs all R={shapes.rows} rows '
-      'at once; micro-batched like the update it would need a fraction of that'
-    )
-  if p.get('update activations') > hbm / 2:
-    lines.append(
-      "note: the update keeps every layer's activations and [H, T, T] scores "
-      'for the backward (no remat, no flash attention in model.py)'
-    )
+  for phase, command in (
+    (
+      'pass_rates',
+      "the trainer's evaluation and pass-rate histogram (S prompts/chunk)",
+    ),
+    ('evaluation', f'python -m ada_jax.evaluate (N={shapes.eval_new_tokens})'),
+    ('selection', 'python -m ada_jax.select_prompts'),
+  ):
+    total = p.phase_bytes(phase)
+    verdict = 'fits' if total <= hbm else 'does NOT fit'
+    lines.append(f'{command}: {total / 2**30:.2f} GiB per device, {verdict}')
+  lines.append('')
+  lines.extend(step_time_lines(c, cfg, shapes, mesh, chip))
+  lines.append('')
   peak_gib = p.peak / 2**30
   if peak_gib <= hbm_gib:
     lines.append(
       f'fits: {peak_gib:.2f} GiB of {hbm_gib:g} GiB per device (peak: {p.peak_phase})'
     )
   else:
-    knobs = memory_plan.biggest_knobs(p)
-    keys = [k for k in knobs if not k.startswith('a larger')]
-    other = [k for k in knobs if k.startswith('a larger')]
-    advice = ' or use '.join(
-      x for x in (f'reduce {", ".join(keys)}' if keys else '', *other) if x
-    )
+    change = memory_plan.smallest_change(cfg, shapes, mesh, hbm, backend=backend)
     lines.append(
       f'does NOT fit: {peak_gib:.2f} > {hbm_gib:g} GiB per device (peak: '
-      f'{p.peak_phase}); {advice}'
+      f'{p.peak_phase}); {change}'
     )
   return '\n'.join(lines)
 
 
+def check_report(
+  c,
+  spec: str,
+  devices: int | None,
+  hbm_gib: float | None,
+  phases: Sequence[str],
+  *,
+  eval_new_tokens: int = EVAL_NEW_TOKENS,
+) -> str:
+  """Plan vs compiled per phase for the config's real programs (--check)."""
+  import jax
+
+  from ada_jax import sharding
+  from ada_jax.planner import memory as memory_plan
+
+  name, _ = _config_arg(spec)
+  _, devices, hbm_gib = _target(spec, devices, hbm_gib)
+  if jax.device_count() != devices:
+    raise ValueError(
+      f'--check compiles on the devices at hand: {jax.device_count()} here, the '
+      f'plan is for {devices} (on CPU pass --devices {devices})'
+    )
+  cfg = model_config(c, name)
+  shapes = step_shapes(c, cfg, eval_new_tokens)
+  mesh_shape = memory_plan.resolve_mesh(dict(c.mesh), devices)
+  backend = jax.default_backend()
+  p = memory_plan.plan(cfg, shapes, mesh_shape, backend=backend)
+  compiled = compiled_phases(cfg, shapes, sharding.make_mesh(mesh_shape), phases)
+  lines = []
+  worst = None
+  for phase, got in compiled.items():
+    planned = p.program_bytes(phase)
+    ratio = planned / got.total
+    lines.append(
+      f'phase {phase}: plan {planned / 2**30:.3f} GiB, compiled '
+      f'{got.total / 2**30:.3f} GiB, ratio {ratio:.2f}'
+    )
+    if worst is None or abs(ratio - 1) > abs(worst[0] - 1):
+      worst = (ratio, phase)
+  lines.append(f'check: worst ratio {worst[0]:.2f} ({worst[1]})')
+  if backend == 'cpu':
+    lines.append(
+      'note: compiled by XLA:CPU on fake devices; it says nothing certain about '
+      'TPU tiling (padding, fusion): run --check on the TPU VM for its figures'
+    )
+  return '\n'.join(lines)
+
+
+# --check: the config's real programs, compiled on abstract inputs.
+#
+# `compiled_phases` lowers and compiles, on the devices at hand (fake CPU
+# devices via `--xla_force_host_platform_device_count`, or a TPU VM's chips),
+# the programs a run executes, through the code paths the trainer uses:
+#
+#   update     `update.rl_update_pinned` (the trainer's jitted update, outputs
+#              pinned to the params' and optimizer state's shardings), params
+#              from `sharding.abstract_model` in TRAIN_RULES, AdamW state from
+#              `checkpoint.abstract_opt_state`, the [C, m, ...] batch in the
+#              layout `rollout.assemble_batch` gives it (`_batch_sharding`);
+#   old_logp   `update.logp_jit` on the same params and batch;
+#   prefill    `sampler._prefill_jit` of the step's B prompts (the sampling copy:
+#              SAMPLE_RULES, cast to the compute dtype as the trainer's
+#              `Resharder(dtype=...)` does);
+#   sampling   `sampler.lower_round` (what `sample_round` runs) on the prompt
+#              cache in the layout `prefill` pins;
+#   evaluation / selection: the same round at S prompts and slots, with the
+#              evaluation's own new tokens (prompt selection: the config's).
+#
+# No weights and no device memory are needed: every input is a
+# ShapeDtypeStruct. The result is XLA's `memory_analysis` per device:
+# arguments + outputs - aliased (donated) + temporaries. On CPU that is
+# XLA:CPU's buffer assignment, which says nothing certain about TPU tiling
+# (padding of small minor dims to 128 lanes, TPU fusion choices).
+#
+# Dimension legend: B prompts, P prompt bucket, N new tokens, S slots,
+# R training rows, C micro-batches of m rows, V vocab, G KV heads, K head dim.
+
+_CHECK_PHASES = ('sampling', 'old_logp', 'update', 'pass_rates')
+
+
+@dataclasses.dataclass(frozen=True)
+class Compiled:
+  """Per-device bytes of one compiled program (XLA's memory analysis)."""
+
+  arguments: int
+  outputs: int
+  aliased: int
+  temp: int
+
+  @property
+  def total(self) -> int:
+    """What the program holds at once: donated outputs counted once."""
+    return self.arguments + self.outputs - self.aliased + self.temp
+
+
+def _memory(compiled: Any) -> Compiled:
+  m = compiled.memory_analysis()
+  return Compiled(
+    int(m.argument_size_in_bytes),
+    int(m.output_size_in_bytes),
+    int(m.alias_size_in_bytes),
+    int(m.temp_size_in_bytes),
+  )
+
+
+def _sds(shape, dtype, sh=None) -> Any:
+  import jax
+
+  return jax.ShapeDtypeStruct(tuple(shape), dtype, sharding=sh)
+
+
+def training_inputs(
+  config: Any, shapes: Any, mesh: Any
+) -> tuple[Any, Any, Any, dict[str, Any]]:
+  """(graphdef, params, AdamW state, [C, m, ...] batch), all abstract.
+
+  Laid out as a run lays them out: params in TRAIN_RULES, optimizer state
+  sharded like its params, the batch as `rollout.assemble_batch` returns it.
+  """
+  import jax.numpy as jnp
+  from flax import nnx
+
+  from ada_jax import sharding as sharding_lib
+  from ada_jax.infra import checkpoint as checkpoint_lib
+  from ada_jax.rl import rollout, update
+
+  graphdef, state = sharding_lib.abstract_model(config, mesh, sharding_lib.TRAIN_RULES)
+  opt = checkpoint_lib.abstract_opt_state(update.make_optimizer(), state)
+  m = shapes.micro_batch_rows
+  c = shapes.rows // m
+  t = shapes.prompt_len + shapes.new_tokens
+  sh = rollout._batch_sharding(nnx.merge(graphdef, state), m)
+  batch = {
+    'tokens': _sds((c, m, t), jnp.int32, sh),
+    'attn_mask': _sds((c, m, t), jnp.int32, sh),
+    'resp_mask': _sds((c, m, shapes.new_tokens), jnp.float32, sh),
+    'advantages': _sds((c, m, shapes.new_tokens), jnp.float32, sh),
+    'old_logp': _sds((c, m, shapes.new_tokens), jnp.float32, sh),
+  }
+  return graphdef, state, opt, batch
+
+
+def compile_update(
+  config: Any,
+  shapes: Any,
+  mesh: Any,
+  settings: Any = None,
+) -> Compiled:
+  """The trainer's update (`rl_update_pinned`) for these shapes, compiled."""
+  import jax
+  import jax.numpy as jnp
+
+  from ada_jax.rl import update
+
+  graphdef, state, opt, batch = training_inputs(config, shapes, mesh)
+  tx = update.make_optimizer()
+  settings = settings or update.UpdateSettings(
+    prompt_len=shapes.prompt_len,
+    mini_batch_rows=shapes.mini_batch_rows,
+    micro_batch_rows=shapes.micro_batch_rows,
+  )
+  fn = update.rl_update_pinned(
+    jax.tree.map(lambda x: x.sharding, state), jax.tree.map(lambda x: x.sharding, opt)
+  )
+  lowered = fn.lower(graphdef, tx, settings, state, opt, batch, _sds((), jnp.float32))
+  return _memory(lowered.compile())
+
+
+def compile_old_logp(
+  config: Any,
+  shapes: Any,
+  mesh: Any,
+  logit_chunk: int = 128,
+) -> Compiled:
+  """The trainer's old-logp pass (`update.logp_jit`), compiled."""
+  import jax.numpy as jnp
+
+  from ada_jax.rl import update
+
+  graphdef, state, _, batch = training_inputs(config, shapes, mesh)
+  lowered = update.logp_jit.lower(
+    graphdef,
+    state,
+    batch['tokens'],
+    batch['attn_mask'],
+    _sds((), jnp.float32),
+    prompt_len=shapes.prompt_len,
+    logit_chunk=logit_chunk,
+  )
+  return _memory(lowered.compile())
+
+
+def sampling_model(config: Any, mesh: Any, *, cast: bool = True) -> Any:
+  """The abstract sampling layout (SAMPLE_RULES).
+
+  cast: in the compute dtype, as the trainer's `Resharder(dtype=...)` makes
+  its copy; False: in the params' own dtype, as `from_config.policy`
+  restores them for the evaluate and select_prompts commands.
+  """
+  import jax
+  import jax.numpy as jnp
+  from flax import nnx
+
+  from ada_jax import sharding as sharding_lib
+  from ada_jax.infra import resharder
+
+  graphdef, state = sharding_lib.abstract_model(config, mesh, sharding_lib.SAMPLE_RULES)
+  if not cast:
+    return nnx.merge(graphdef, state)
+  dtype = jnp.dtype(config.dtype)
+  state = jax.tree.map(
+    lambda x: _sds(
+      x.shape, dtype if resharder.casts(x, dtype) else x.dtype, x.sharding
+    ),
+    state,
+  )
+  return nnx.merge(graphdef, state)
+
+
+def prompt_cache(config: Any, mesh: Any, prompts: int, prompt_len: int) -> Any:
+  """An abstract PromptCache of B prompts in the layout `sampler.prefill` pins."""
+  import jax.numpy as jnp
+
+  from ada_jax import sampler
+
+  b, p = prompts, prompt_len
+  kv = (b, config.num_kv_heads, p, config.head_dim)
+  kv_sh = sampler._cache_sharding(mesh, b, config.num_kv_heads)
+  layers = config.num_layers
+  return sampler.PromptCache(
+    tuple(_sds(kv, config.dtype, kv_sh) for _ in range(layers)),
+    tuple(_sds(kv, config.dtype, kv_sh) for _ in range(layers)),
+    _sds((b, p), jnp.bool_, sampler._rows_sharding(mesh, b, 2)),
+    _sds(
+      (b, config.vocab_size),
+      jnp.float32,
+      sampler._logits_sharding(mesh, b, config.vocab_size),
+    ),
+    _sds((b,), jnp.int32, sampler._rows_sharding(mesh, b, 1)),
+  )
+
+
+def compile_round(
+  config: Any,
+  mesh: Any,
+  *,
+  prompts: int,
+  prompt_len: int,
+  slots: int,
+  new_tokens: int,
+  cast: bool = True,
+) -> Compiled:
+  """One sampling round (`sampler.lower_round`, what `sample_round` runs)."""
+  from ada_jax import sampler
+
+  model = sampling_model(config, mesh, cast=cast)
+  cache = prompt_cache(config, mesh, prompts, prompt_len)
+  lowered = sampler.lower_round(model, cache, slots=slots, max_new_tokens=new_tokens)
+  return _memory(lowered.compile())
+
+
+def compile_prefill(
+  config: Any,
+  mesh: Any,
+  *,
+  prompts: int,
+  prompt_len: int,
+) -> Compiled:
+  """The prefill of B prompts (`sampler.prefill`'s jitted program)."""
+  import jax.numpy as jnp
+  from flax import nnx
+
+  from ada_jax import sampler
+  from ada_jax import sharding as sharding_lib
+
+  model = sampling_model(config, mesh)
+  graphdef, state = nnx.split(model)
+  sh = (
+    sharding_lib.batch_sharding(mesh)
+    if prompts % sharding_lib.data_parallel_size(mesh) == 0
+    else None
+  )
+  tokens = _sds((prompts, prompt_len), jnp.int32, sh)
+  lowered = sampler._prefill_jit.lower(
+    graphdef, mesh, state, tokens, tokens, jnp.dtype(config.dtype)
+  )
+  return _memory(lowered.compile())
+
+
+def compiled_phases(
+  config: Any,
+  shapes: Any,
+  mesh: Any,
+  phases: tuple[str, ...] = _CHECK_PHASES,
+) -> dict[str, Compiled]:
+  """Compiled memory of the programs of `phases` (see the module doc).
+
+  pass_rates, evaluation and selection run the round at S prompts (one
+  chunk of the trainer's `_score`, of `evaluate` and of `select_prompts`);
+  the last two on the params in their own dtype, evaluation at
+  `shapes.eval_new_tokens`.
+  """
+  from ada_jax.rl import update
+
+  s = shapes
+  out = {}
+  for phase in phases:
+    if phase == 'update':
+      settings = update.UpdateSettings(
+        prompt_len=s.prompt_len,
+        mini_batch_rows=s.mini_batch_rows,
+        micro_batch_rows=s.micro_batch_rows,
+        logit_chunk=s.logit_chunk,
+      )
+      out[phase] = compile_update(config, s, mesh, settings)
+    elif phase == 'old_logp':
+      out[phase] = compile_old_logp(config, s, mesh, s.logit_chunk)
+    elif phase == 'prefill':
+      out[phase] = compile_prefill(
+        config, mesh, prompts=s.prompts, prompt_len=s.prompt_len
+      )
+    elif phase in ('sampling', 'pass_rates', 'evaluation', 'selection'):
+      new = s.eval_new_tokens or s.new_tokens if phase == 'evaluation' else s.new_tokens
+      out[phase] = compile_round(
+        config,
+        mesh,
+        prompts=s.prompts if phase == 'sampling' else s.slots,
+        prompt_len=s.prompt_len,
+        slots=s.slots,
+        new_tokens=new,
+        cast=phase in ('sampling', 'pass_rates'),
+      )
+    else:
+      raise ValueError(f'unknown phase {phase!r}')
+  return out
+
+
 def parser() -> argparse.ArgumentParser:
-  """--config, --devices, --hbm-gib; `--config.key=value` overrides pass through."""
+  """--config, --devices, --hbm-gib, --check; `--config.key=value` pass through."""
   p = argparse.ArgumentParser(
     prog='python -m ada_jax.plan', description=__doc__.splitlines()[0]
   )
@@ -198,6 +630,22 @@ def parser() -> argparse.ArgumentParser:
   p.add_argument(
     '--hbm-gib', type=float, default=None, help='HBM per device; default: tpu='
   )
+  p.add_argument(
+    '--eval-new-tokens',
+    type=int,
+    default=EVAL_NEW_TOKENS,
+    help='new tokens of `ada_jax.evaluate` (capped by the model positions)',
+  )
+  p.add_argument(
+    '--check',
+    action='store_true',
+    help='also compile the real programs and compare (CPU: fake --devices)',
+  )
+  p.add_argument(
+    '--check-phases',
+    default='sampling,old_logp,update,pass_rates,evaluation,selection',
+    help='comma-separated phases --check compiles',
+  )
   return p
 
 
@@ -205,9 +653,21 @@ def main(argv: Sequence[str] | None = None) -> None:
   """Command line (see the module docstring)."""
   p = parser()
   args, rest = from_config.parse_command_line(p, argv)
+  if args.check and args.devices:
+    # Fake CPU devices for a compile on CPU (a TPU backend ignores the flag);
+    # read when the backend starts, i.e. later.
+    flags = os.environ.get('XLA_FLAGS', '')
+    if 'xla_force_host_platform_device_count' not in flags:
+      os.environ['XLA_FLAGS'] = (
+        f'{flags} --xla_force_host_platform_device_count={args.devices}'
+      ).strip()
   try:
     c = from_config.load(args.config, rest)
-    print(report(c, args.config, args.devices, args.hbm_gib))
+    kw = dict(eval_new_tokens=args.eval_new_tokens)
+    print(report(c, args.config, args.devices, args.hbm_gib, **kw), flush=True)
+    if args.check:
+      phases = [x for x in args.check_phases.split(',') if x]
+      print(check_report(c, args.config, args.devices, args.hbm_gib, phases, **kw))
   except ValueError as e:
     sys.exit(f'plan: {e}')
 

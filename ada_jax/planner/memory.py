@@ -3,53 +3,53 @@
 No accelerator and no weights are needed: parameter shapes come from
 `nnx.eval_shape` on the model constructor, their per-device shards from
 `sharding.logical_to_spec` on an `AbstractMesh` of the pod's device count,
-and every other buffer from the step's fixed shapes (B, P, N, S, M, R, micro
-rows). `ada_jax/plan.py` is the command line; the chips and the paper
-models are `planner.chips` and `planner.models`; `tests/test_plan.py` checks the
-update and round programs against XLA's compiled memory analysis.
+and every other buffer from the step's fixed shapes (B, P, N, S, M, R, m).
+`ada_jax/plan.py` is the command line; `ada_jax.plan.compiled_phases` compiles the real
+programs for the same shapes (the oracle, `plan --check`); the chips and the
+paper models are `planner.chips` and `planner.models`.
 
-What is alive when (ada_jax/rl/trainer.py): the training params and the AdamW
-moments live all run; each step reshards a sampling copy of the params that
-stays referenced until the step ends (also through the update). Phases:
+What is alive when (ada_jax/rl/trainer.py). The training params (fp32
+master, fsdp x tensor) and the AdamW moments live all run. Phases of a
+training run:
 
-  sampling: prompt cache [B, P] + rollout buffer [M, S, N] + the round
-            program (KV cache [S, P+N] carried by the decode loop, part of
-            its initial copy, the gathered prompt cache, the per-token
-            temporaries);
-  old logp: one forward over all R rows at once (update.logp_jit);
-  update:   the training batch, the gradient accumulator (1.1x the params)
-            and the activations the backward keeps (no remat):
-            per layer hidden states, attention scores [micro, H, T, T], and
-            the fp32 [micro, N, V] logits / log-softmax.
+  sampling:   the sampling copy (compute dtype, tensor only), the prompt
+              cache [B, P], the rollout buffer [M, S, N] and one round
+              program (`sampler._round_jit`: the KV cache [S, P+N] carried
+              by the decode loop, the prompt cache all-gathered over the
+              data axes for the slot gather, per-token temporaries);
+  old_logp:   the training batch [C, m, ...] (rows split over data x fsdp)
+              and `update.logp_jit`: one micro-batch's forward at a time;
+              the sampling copy is freed before it;
+  update:     the batch, `rl_update`'s gradient accumulator, the optimizer's
+              temporaries, the fsdp-gathered weights and one micro-batch's
+              activations (m / (data x fsdp) rows per device);
+  pass_rates: the trainer's own evaluation and pass-rate histogram
+              (`trainer._score`: S prompts prefilled per chunk, S slots).
+
+Commands without the training state (their own verdicts):
+  evaluation: `python -m ada_jax.evaluate`: the params restored in the
+              sampling layout in their own dtype (fp32), S prompts per
+              chunk, S slots, the evaluation's new tokens (k samples run
+              one after another: k does not change the memory);
+  selection:  `python -m ada_jax.select_prompts`: the same at the config's
+              new tokens.
 
 The activation and temporary terms are bytes per element of each array,
-fitted to XLA's buffer assignment of the compiled programs on CPU (fake
-devices, 9 update and 10 round programs: plan/compiled 0.85-1.15, one
-outlier: a round with G = tensor = 4 at 1.37, the plan high) and written in
-the compute dtype's bytes so they carry over to bf16. tests/test_plan.py
-keeps them within 25%. TPU fuses at least as well; read them as upper-side
-estimates there.
-
-What the programs do today, and the plan follows (ada_jax/plan.py prints
-notes for the first two):
-  * update.rl_update reshapes the row-sharded batch [R] to [R/mini,
-    mini/micro, micro]: the row shards land on the scanned dims, so one
-    micro-batch is split over fewer devices than data x fsdp (7B on v5p-64:
-    all 32 rows of a micro-batch on every device);
-  * update.logp_jit runs all R/dp rows in one forward (no micro-batches);
-  * the model keeps every layer's [H, T, T] scores for the backward (no
-    remat, no flash attention);
-  * the round all-gathers the row-sharded prompt cache (one layer at a time)
-    for the slot gather, and draws the first token from [S, V] fp32 logits
-    not split over the slots;
-  * train.rl_step holds the sampling copy of the params through the update.
+fitted to XLA's buffer assignment of the compiled programs (XLA:CPU, fake
+devices; `benchmarks/plan_calibration.py` prints the full matrix of meshes,
+remat and attention modes and doublings) and written in the compute dtype's
+bytes a so they carry over to bf16. XLA:CPU says nothing certain about TPU
+tiling (minor dims padded to 128 lanes, other fusions): read the plan as an
+estimate there, and check it with `plan --check` on the TPU VM itself.
 
 Dimension legend:
   B: prompts per step     P: prompt bucket      N: max new tokens
   T: P + N                S: sampling slots     M: max rounds
-  R: training rows        b: rows of one micro-batch on one device
+  R: training rows        C: micro-batches      m: rows of a micro-batch
+  b: rows of one micro-batch on one device (m / (data x fsdp))
   L: layers   D: hidden   H: query heads   G: KV heads   K: head dim
   F: MLP width            V: vocab
+  h, g, f, v: H, G, F, V per device (split over tensor when they divide)
 """
 
 from __future__ import annotations
@@ -64,10 +64,16 @@ import jax.numpy as jnp
 from flax import nnx
 from jax.sharding import AbstractMesh
 
+from ada_jax import attention as attention_lib
 from ada_jax import model as model_lib
 from ada_jax import sharding as sharding_lib
 
 GIB = 1024**3
+
+
+STEP_PHASES = ('sampling', 'old_logp', 'update')  # One RL step: the verdict.
+TRAINING_PHASES = (*STEP_PHASES, 'pass_rates')  # With the resident state.
+COMMAND_PHASES = ('evaluation', 'selection')
 
 
 @dataclasses.dataclass(frozen=True)
@@ -81,36 +87,56 @@ class StepShapes:
   max_rounds: int  # M
   rows: int  # R
   mini_batch_rows: int
-  micro_batch_rows: int
+  micro_batch_rows: int  # m
+  eval_new_tokens: int = 0  # The evaluation's N (0: new_tokens).
+  logit_chunk: int = 128  # update.UpdateSettings.logit_chunk
 
 
 @dataclasses.dataclass(frozen=True)
 class Item:
-  """One line of the plan: per-device bytes of one buffer (or group)."""
+  """One line of the plan: per-device bytes of one buffer (or group).
+
+  `phase`: 'resident' (all of a training run) or one of TRAINING_PHASES /
+  COMMAND_PHASES. `programs`: the phases whose compiled program holds it (as
+  an argument, output or temporary); None: the item's own phase. What a
+  phase holds outside its program (the rollout buffer during a round, the
+  AdamW state during the old-logp pass) is in the phase total, not in the
+  program's.
+  """
 
   name: str
-  phase: str  # 'resident' | 'sampling' | 'old_logp' | 'update'
+  phase: str
   bytes: int
   note: str = ''
   knob: str = ''  # the config key that shrinks it
+  programs: tuple[str, ...] | None = None
+
+  def in_program(self, phase: str) -> bool:
+    return phase in (self.programs if self.programs is not None else (self.phase,))
 
 
 @dataclasses.dataclass(frozen=True)
 class Plan:
-  """Per-device memory of a step; `peak` is the largest phase."""
+  """Per-device memory of a step; `peak` is the RL step's largest phase."""
 
   items: tuple[Item, ...]
   mesh: tuple[int, int, int]
   update_rows_per_device: int
-  update_rows_intended: int
 
   def phase_bytes(self, phase: str) -> int:
-    """Resident bytes plus the phase's own."""
-    return sum(i.bytes for i in self.items if i.phase in ('resident', phase))
+    """Bytes alive during a phase (training phases: with the resident state)."""
+    keep = ('resident', phase) if phase in TRAINING_PHASES else (phase,)
+    return sum(i.bytes for i in self.items if i.phase in keep)
+
+  def program_bytes(self, phase: str) -> int:
+    """The phase's compiled program: arguments + outputs + temporaries."""
+    keep = ('resident', phase) if phase in TRAINING_PHASES else (phase,)
+    return sum(i.bytes for i in self.items if i.phase in keep and i.in_program(phase))
 
   @property
   def phases(self) -> dict[str, int]:
-    return {p: self.phase_bytes(p) for p in ('sampling', 'old_logp', 'update')}
+    """The RL step's phases (what decides whether the step fits)."""
+    return {p: self.phase_bytes(p) for p in STEP_PHASES}
 
   @property
   def peak_phase(self) -> str:
@@ -168,22 +194,48 @@ def count_params(config: model_lib.ModelConfig) -> int:
   return sum(math.prod(shape) * k for _, shape, _, _, k in _param_shapes(config))
 
 
-def param_bytes_per_device(
+def _param_bytes_by_name(
   config: model_lib.ModelConfig,
   mesh: tuple[int, int, int],
   rules: Mapping[str, str | None],
-) -> int:
-  """Per-device bytes of the params in the layout of `rules` (largest shard)."""
+) -> list[tuple[str, int]]:
+  """(name, per-device bytes over all layers) of every param in `rules`' layout."""
   amesh = abstract_mesh(mesh)
-  total = 0
+  out = []
   for name, shape, dtype, axes, copies in _param_shapes(config):
     spec = sharding_lib.logical_to_spec(axes, shape, amesh, rules, name)
     spec = tuple(spec) + (None,) * (len(shape) - len(spec))
     n = 1
     for dim, ax in zip(shape, spec, strict=True):
       n *= dim // (amesh.shape[ax] if ax else 1)
-    total += n * jnp.dtype(dtype).itemsize * copies
-  return total
+    out.append((name, n * jnp.dtype(dtype).itemsize * copies))
+  return out
+
+
+def param_bytes_per_device(
+  config: model_lib.ModelConfig,
+  mesh: tuple[int, int, int],
+  rules: Mapping[str, str | None],
+) -> int:
+  """Per-device bytes of the params in the layout of `rules` (largest shard).
+
+  Leaves of 2+ dims take `config.param_dtype`; 1-dim ones (norm scales,
+  biases) keep theirs, as the sampling copy's cast does (`Resharder`).
+  """
+  return sum(b for _, b in _param_bytes_by_name(config, mesh, rules))
+
+
+# Fitted to XLA's buffer assignment (see the module doc and
+# benchmarks/plan_calibration.py).
+# Gradients: the accumulator, one micro-batch's gradients and the optimizer
+# step's temporaries, in units of the training params.
+GRADS = 2.0
+# remat='block': bytes per [T, D] element (in units of a) each layer keeps.
+BLOCK_KEPT = 2.0
+# remat='block': layers of gathered weights alive at once (forward, backward).
+WEIGHTS_GATHERED_BLOCK = 2.0
+# Copies of the KV cache the round keeps with one KV head per device.
+KV_ONE_HEAD_COPIES = 1.6
 
 
 def _split(dim: int, ways: int) -> int:
@@ -196,36 +248,67 @@ def _rows(rows: int, dp: int) -> int:
   return _split(rows, dp)
 
 
-def micro_rows_per_device(rows: int, mini: int, micro: int, dp: int) -> int:
-  """Rows of one micro-batch that each device computes in `update.rl_update`.
+def micro_rows_per_device(micro: int, dp: int) -> int:
+  """Rows of one micro-batch each device computes (update and old-logp pass).
 
-  The update reshapes the row-sharded batch [R] to [R/mini, mini/micro,
-  micro] and scans over the first two: the dp row shards land on the scanned
-  dims first, so a micro-batch is split only over what is left of dp.
+  `rollout.assemble_batch` lays the batch out as [C, m, ...] with the m rows
+  of every micro-batch split over data x fsdp; an m that does not divide is
+  replicated (every device computes all of it).
   """
-  left = dp
-  for dim in (rows // mini, mini // micro):
-    left //= math.gcd(dim, left)
-  return math.ceil(micro / math.gcd(micro, left))
+  return _split(micro, dp)
 
 
-def _layer_bytes(c: model_lib.ModelConfig, t: int, tensor: int) -> tuple[int, int]:
-  """(bytes per row one layer keeps for the backward, one layer's transients).
+def _layer_params(c: model_lib.ModelConfig, w: int, tensor: int) -> int:
+  """Bytes of one decoder layer's weights gathered over fsdp (split over tensor)."""
+  h = _split(c.num_heads, tensor)
+  g = _split(c.num_kv_heads, tensor)
+  f = _split(c.intermediate_size, tensor)
+  k, d = c.head_dim, c.hidden_size
+  return w * (d * (h + 2 * g) * k + h * k * d + 3 * d * f)
+
+
+def attention_impl(c: model_lib.ModelConfig, t: int, backend: str) -> str:
+  """What `attention=` runs for a T-token training forward on `backend`."""
+  return attention_lib.resolve(c.attention, t, t, backend)
+
+
+def _layer_bytes(
+  c: model_lib.ModelConfig, t: int, tensor: int, impl: str
+) -> tuple[int, int]:
+  """(bytes per row one layer keeps for the backward, its backward transients).
 
   Per element of each activation, fitted to XLA's buffer assignment of the
   compiled update (fp32, a = 4) and written in the compute dtype's bytes a:
-  the fp32 softmax of the scores [H, T, T] (4; its cast to the dtype fuses
-  into the next matmul), the q/k/v projections with their fp32 RoPE copies,
-  the attention output and the residual stream (3a + 7 per q/k/v element),
-  the MLP's gate, up, silu and product (6a per [T, F] element). The softmax
-  backward's fp32 temporaries [H, T, T] exist for one layer at a time.
+  the q/k/v projections with their fp32 RoPE copies (3a + 7 per element),
+  the MLP's gate, up, silu and product (6a per [T, F] element), the residual
+  stream and norms (4a per [T, D] element); dense attention keeps the fp32
+  softmax [H, T, T] (7 bytes per element with its mask and the backward's
+  share). Chunked and splash keep q, k, v, the output and the log-sum-exp
+  (O(T), in the q/k/v term) and hold blocks of [tq, tk] fp32 scores (four
+  arrays in the flash backward) for one layer at a time.
   """
   a = jnp.dtype(c.dtype).itemsize
   h = _split(c.num_heads, tensor)
   g = _split(c.num_kv_heads, tensor)
   f = _split(c.intermediate_size, tensor)
-  kept = 4 * h * t * t + t * (h + 2 * g) * c.head_dim * (3 * a + 7) + 6 * a * t * f
-  return kept, 14 * h * t * t
+  kept = t * (h + 2 * g) * c.head_dim * (3 * a + 7) + 6 * a * t * f
+  kept += 4 * a * t * c.hidden_size
+  if impl == 'dense':
+    return kept + 7 * h * t * t, 7 * h * t * t
+  tq, _ = attention_lib.block_size(t, attention_lib.BLOCK_Q)
+  tk, _ = attention_lib.block_size(t, attention_lib.BLOCK_K)
+  return kept, 4 * 4 * h * tq * tk
+
+
+def _logits_bytes(c: model_lib.ModelConfig, n: int, chunk: int, tensor: int) -> int:
+  """Per row: fp32 logits of one response chunk, per-token fp32 arrays.
+
+  About 4 copies of one chunk's logits (logits, log-softmax, its exp for the
+  entropy, the gradient) and the log-probs, entropy and their gradients
+  over all N tokens.
+  """
+  v = _split(c.vocab_size, tensor)
+  return 16 * min(chunk, n) * v + 24 * n
 
 
 def plan(
@@ -234,112 +317,333 @@ def plan(
   mesh: tuple[int, int, int],
   *,
   kv_dtype: Any = None,
-  micro_rows: int | None = None,
+  backend: str = 'tpu',
 ) -> Plan:
   """The per-device memory of one RL step on a (data, fsdp, tensor) mesh.
 
   Args:
-    config: the policy.
+    config: the policy (its `attention` and `remat` fields included).
     shapes: the step's fixed shapes.
     mesh: (data, fsdp, tensor) sizes.
     kv_dtype: sampler KV-cache dtype (default: the compute dtype, as
       `sampler.prefill` does).
-    micro_rows: rows per device of one update micro-batch; default what
-      `update.rl_update` does (see `micro_rows_per_device`).
+    backend: where it runs ('tpu', 'cpu', ...): `attention='auto'` resolves
+      to splash on TPU and chunked elsewhere (both blockwise, planned alike).
   """
   c, s = config, shapes
   dp, tensor = mesh[0] * mesh[1], mesh[2]
   p, n = s.prompt_len, s.new_tokens
   t = p + n
+  a = jnp.dtype(c.dtype).itemsize
+  w = jnp.dtype(c.param_dtype).itemsize
   kv_bytes = jnp.dtype(kv_dtype or c.dtype).itemsize
   train = param_bytes_per_device(c, mesh, sharding_lib.TRAIN_RULES)
-  sample = param_bytes_per_device(c, mesh, sharding_lib.SAMPLE_RULES)
+  sample = param_bytes_per_device(
+    dataclasses.replace(c, param_dtype=c.dtype), mesh, sharding_lib.SAMPLE_RULES
+  )
+  sample_own = param_bytes_per_device(c, mesh, sharding_lib.SAMPLE_RULES)
+  layer_g = _layer_params(c, w, tensor)
+  layers_train = sum(
+    b
+    for name, b in _param_bytes_by_name(c, mesh, sharding_lib.TRAIN_RULES)
+    if name.startswith('layers')
+  )
+  embed_g = w * _split(c.vocab_size, tensor) * c.hidden_size
+  embed_g *= 1 if c.tie_embeddings else 2
   # AdamW mu and nu take the params' dtype and sharding; counts are scalars.
   opt = 2 * train
-  kv_row = 2 * c.num_layers * c.num_kv_heads * c.head_dim * kv_bytes
-  b_dev = _rows(s.prompts, dp)
-  s_dev = _rows(s.slots, dp)
-  r_dev = _rows(s.rows, dp)
-  prompt_cache = b_dev * (p * kv_row + p + c.vocab_size * 4 + 4)
-  kv_cache = s_dev * t * (kv_row + 1)
-  # The round program (sampler._round_jit), fitted to XLA's buffer
-  # assignment: a quarter of the initial [S, P+N] cache outlives the loop's
-  # entry; the slot gather all-gathers the row-sharded prompt cache, one
-  # layer at a time, and its last logits [B, V]; the first token is drawn
-  # from [S, V] fp32 logits that are not split over the slots (~3/4 of one
-  # copy alive); per token, ~3 fp32 copies of the scores [S, H, 1, P+N].
-  h_s = _split(c.num_heads, tensor)
-  round_tmp = (
-    kv_cache // 4
-    + s.prompts * (p * kv_row // c.num_layers + c.vocab_size * 4)
-    + s.slots * c.vocab_size * 3
-    + s_dev * h_s * t * 12
-  )
-  rollout_out = s_dev * (n * 12 + 4)
-  buffer = s.max_rounds * s_dev * n * 12
-  batch = r_dev * (2 * t * 4 + 5 * n * 4)
-  micro = micro_rows or micro_rows_per_device(
-    s.rows, s.mini_batch_rows, s.micro_batch_rows, dp
-  )
-  intended = math.ceil(s.micro_batch_rows / dp)
-  kept, transient = _layer_bytes(c, t, tensor)
-  # fp32 [N, V] logits: the logits, log-softmax, exp(log-softmax) for the
-  # entropy and their gradients, ~3.75 copies kept at once.
-  logits = _split(c.vocab_size, tensor) * n * 15
-  update_act = micro * (c.num_layers * kept + transient + logits)
-  # The forward-only pass keeps nothing for a backward: one layer's fp32
-  # softmax and two fp32 copies of the [N, V] logits per row, over all R/dp
-  # rows at once (calibrated like the rest, not tested: ~1.1-1.3x XLA's).
-  logp_act = r_dev * (4 * h_s * t * t + 8 * n * c.vocab_size)
-  # The accumulator; each micro-batch's gradients are added into it as the
-  # backward produces them (measured: 1.1x the params).
-  grads = train + train // 8
+
+  # --- Sampling: a round of S slots continuing B prompts.
+  g_dev = _split(c.num_kv_heads, tensor)
+  kv_layer = 2 * g_dev * c.head_dim * kv_bytes  # K and V, per token and layer
+  v_dev = _split(c.vocab_size, tensor)
+
+  def prompt_cache(b: int) -> int:
+    b_dev = _rows(b, dp)
+    return b_dev * (p * (c.num_layers * kv_layer + 1) + v_dev * 4 + 4)
+
+  def round_program(b: int, slots: int, new: int) -> tuple[int, int]:
+    """(KV cache and gathered prompts, other temporaries + outputs) of a round."""
+    tt = p + new
+    s_dev = _rows(slots, dp)
+    # With one KV head per device XLA keeps a second copy of much of the
+    # cache through the loop (measured on XLA:CPU).
+    copies = KV_ONE_HEAD_COPIES if g_dev == 1 else 1.0
+    kv = copies * s_dev * tt * kv_layer
+    # The slot gather all-gathers the row-split prompt cache over the data
+    # axes: all B prompts' K and V on every device, every layer's before the
+    # loop starts; the slot cache reuses that buffer when it is the larger.
+    gathered = b * p * kv_layer
+    cache = int(c.num_layers * max(kv, gathered)) + s_dev * tt
+    # [S, V] first-token logits, per-token fp32 scores [S, h, 1, T] and
+    # logits [S, V], the outputs [S, N].
+    h_dev = _split(c.num_heads, tensor)
+    other = s_dev * v_dev * 4 * 3 + s_dev * h_dev * tt * 12 + s_dev * (new * 12 + 4)
+    return cache, other
+
+  rnd_kv, rnd_other = round_program(s.prompts, s.slots, n)
+  buffer = s.max_rounds * _rows(s.slots, dp) * n * 12
+
+  # --- Training: [C, m, ...] batch, b rows of each micro-batch per device.
+  b_dev = micro_rows_per_device(s.micro_batch_rows, dp)
+  micros = s.rows // s.micro_batch_rows
+  batch_in = micros * b_dev * 2 * t * 4  # tokens, attn_mask
+  batch_f32 = micros * b_dev * n * 4  # one [C, m, N] fp32 leaf
+  impl = attention_impl(c, t, backend)
+  kept, transient = _layer_bytes(c, t, tensor, impl)
+  logits = _logits_bytes(c, n, s.logit_chunk, tensor)
+  if c.remat == 'block':
+    # The scan keeps one block input [b, T, D] per layer (and its carry),
+    # recomputes one block at a time; the layers' params are stacked for the
+    # scan and so are their gradients (1x the layers' bytes each).
+    act = b_dev * (c.num_layers * BLOCK_KEPT * a * t * c.hidden_size + kept + transient)
+    weights = 2 * layers_train + WEIGHTS_GATHERED_BLOCK * layer_g + embed_g
+  else:
+    act = b_dev * (c.num_layers * kept + transient)
+    weights = c.num_layers * layer_g + embed_g
+  act += b_dev * logits
+  grads = int(GRADS * train)
+  # Forward only (old-logp): one layer's forward at a time, blockwise or
+  # dense scores, one chunk of logits.
+  h = _split(c.num_heads, tensor)
+  f = _split(c.intermediate_size, tensor)
+  g = _split(c.num_kv_heads, tensor)
+  fwd = 2 * a * t * (f + (h + 2 * g) * c.head_dim + c.hidden_size)
+  if impl == 'dense':
+    fwd += 8 * h * t * t
+  else:
+    tq, _ = attention_lib.block_size(t, attention_lib.BLOCK_Q)
+    tk, _ = attention_lib.block_size(t, attention_lib.BLOCK_K)
+    fwd += 4 * h * tq * tk
+  fwd += 8 * min(s.logit_chunk, n) * v_dev + 8 * n
+  if c.remat == 'block':
+    logp_weights = layers_train + WEIGHTS_GATHERED_BLOCK * layer_g + embed_g
+  else:
+    logp_weights = c.num_layers * layer_g + embed_g
+  logp_tmp = b_dev * fwd + logp_weights
+  logp_out = 2 * batch_f32
+
+  # --- Evaluation-like rounds: S prompts prefilled per chunk, S slots.
+  eval_n = s.eval_new_tokens or n
+  pr_kv, pr_other = round_program(s.slots, s.slots, n)
+  ev_kv, ev_other = round_program(s.slots, s.slots, eval_n)
+  # Params in their own dtype (fp32): every use casts them; XLA hoists a
+  # compute-dtype copy out of the decode loop when the dtypes differ.
+  hoisted = sample if w != a else 0
+
+  knob_step = 'rl.slots / sampling.max_new_tokens'
   items = (
-    Item('params (training layout)', 'resident', train, 'fsdp x tensor'),
-    Item('optimizer state (AdamW mu, nu)', 'resident', opt, 'fsdp x tensor'),
+    Item(
+      'params (training layout)',
+      'resident',
+      train,
+      'fsdp x tensor',
+      programs=('old_logp', 'update'),
+    ),
+    Item(
+      'optimizer state (AdamW mu, nu)',
+      'resident',
+      opt,
+      'fsdp x tensor',
+      programs=('update',),
+    ),
     Item(
       'params (sampling copy)',
-      'resident',
+      'sampling',
       sample,
-      'tensor only; held through the update',
+      f'tensor only, {jnp.dtype(c.dtype).name}; freed before the update',
       'a larger tensor axis (mesh.tensor)',
     ),
-    Item('prompt cache [B, P]', 'sampling', prompt_cache, '', 'rl.prompts_per_step'),
     Item(
-      'rollout buffer [M, S, N]', 'sampling', buffer, '', 'rl.max_rounds / rl.slots'
+      'prompt cache [B, P]',
+      'sampling',
+      prompt_cache(s.prompts),
+      '',
+      'rl.prompts_per_step',
     ),
     Item(
-      'KV cache [S, P+N] (round)',
+      'rollout buffer [M, S, N]',
       'sampling',
-      kv_cache,
-      'slots over data x fsdp',
-      'rl.slots / sampling.max_new_tokens',
+      buffer,
+      'outside the round program',
+      'rl.max_rounds / rl.slots',
+      programs=(),
+    ),
+    Item(
+      'KV cache [S, P+N] / gathered prompts (round)',
+      'sampling',
+      rnd_kv,
+      'max(S/dp slots x (P+N), all B prompts x P) per layer',
+      knob_step,
     ),
     Item(
       'round temporaries',
       'sampling',
-      round_tmp + rollout_out,
-      'gathered prompt cache (1 layer), [S, V] logits',
-      'rl.slots / sampling.max_new_tokens',
+      rnd_other,
+      '[S, V] logits, per-token scores, outputs',
+      'rl.prompts_per_step / rl.slots',
     ),
     Item(
-      'old-logp forward (all R rows)',
+      'training batch: tokens, mask',
       'old_logp',
-      logp_act + batch,
-      f'{r_dev} rows/device',
-      'rl.prompts_per_step',
+      batch_in,
+      f'[C={micros}, m={s.micro_batch_rows}, T] rows over data x fsdp',
     ),
-    Item('training batch [R, P+N]', 'update', batch),
-    Item('gradients + accumulator', 'update', grads, 'fsdp x tensor'),
+    Item(
+      'training batch: weights, advantages, sampler logp',
+      'old_logp',
+      3 * batch_f32,
+      '',
+      programs=(),
+    ),
+    Item(
+      'old-logp pass (one micro-batch)',
+      'old_logp',
+      logp_tmp + logp_out,
+      f'{b_dev} rows/device, gathered weights, logp/entropy out',
+      'rl.micro_batch_rows',
+    ),
+    Item('training batch [C, m, ...]', 'update', batch_in + 3 * batch_f32),
+    Item(
+      'sampler logp [C, m, N]',
+      'update',
+      batch_f32,
+      'kept for the gap metric',
+      programs=(),
+    ),
+    Item(
+      'gradients, optimizer temporaries',
+      'update',
+      grads,
+      'fsdp x tensor',
+    ),
+    Item(
+      'gathered weights',
+      'update',
+      weights,
+      f'fsdp all-gathers (remat={c.remat})',
+      'a larger tensor axis (mesh.tensor)',
+    ),
     Item(
       'update activations',
       'update',
-      update_act,
-      f'{micro} rows/device per micro-batch',
-      'rl.micro_batch_rows / sampling.max_new_tokens',
+      act,
+      f'{b_dev} rows/device per micro-batch, attention {impl}, remat {c.remat}',
+      'rl.micro_batch_rows / model.remat',
     ),
+    Item('params (sampling copy) ', 'pass_rates', sample, 'as in sampling'),
+    Item(
+      'prompt cache [S, P]', 'pass_rates', prompt_cache(s.slots), 'S prompts per chunk'
+    ),
+    Item(
+      'round at S prompts',
+      'pass_rates',
+      pr_kv + pr_other,
+      'KV cache and temporaries',
+      knob_step,
+    ),
+    Item(
+      'params (restored, sampling layout)',
+      'evaluation',
+      sample_own + hoisted,
+      f'{jnp.dtype(c.param_dtype).name}, tensor only'
+      + (' (+ a hoisted compute-dtype copy)' if hoisted else ''),
+      'a larger tensor axis (mesh.tensor)',
+    ),
+    Item(
+      'prompt cache [S, P] ', 'evaluation', prompt_cache(s.slots), 'S prompts per chunk'
+    ),
+    Item(
+      f'round at N={eval_n}',
+      'evaluation',
+      ev_kv + ev_other,
+      'k rounds one after another',
+      '--max-new-tokens / --slots',
+    ),
+    Item(
+      'params (restored, sampling layout) ',
+      'selection',
+      sample_own + hoisted,
+      '',
+      'a larger tensor axis (mesh.tensor)',
+    ),
+    Item(
+      'prompt cache [S, P]  ', 'selection', prompt_cache(s.slots), 'S prompts per chunk'
+    ),
+    Item(f'round at N={n}', 'selection', pr_kv + pr_other, '', '--slots'),
   )
-  return Plan(items, tuple(mesh), micro, intended)
+  return Plan(items, tuple(mesh), b_dev)
+
+
+def smallest_change(
+  config: model_lib.ModelConfig,
+  shapes: StepShapes,
+  mesh: tuple[int, int, int],
+  hbm_bytes: float,
+  *,
+  backend: str = 'tpu',
+) -> str:
+  """The smallest change that makes the step fit, as advice (or that none does).
+
+  Tried in order, each on top of the ones before that helped: one row per
+  device per micro-batch, remat='block', blockwise attention (these keep the
+  step as it is), then a larger tensor axis (fsdp shrinks to keep the device
+  count), then the step halved (B, S, R and the mini-batch), then quartered.
+  """
+  dp, tensor = mesh[0] * mesh[1], mesh[2]
+  c, s, m = config, shapes, tuple(mesh)
+
+  def fits(c, s, m) -> bool:
+    return plan(c, s, m, backend=backend).peak <= hbm_bytes
+
+  done = []
+  if s.micro_batch_rows > dp and s.micro_batch_rows % dp == 0:
+    s = dataclasses.replace(s, micro_batch_rows=dp)
+    done.append(f'--config.rl.micro_batch_rows={dp}')
+    if fits(c, s, m):
+      return 'fits with ' + ' '.join(done)
+  if c.remat != 'block':
+    c = dataclasses.replace(c, remat='block')
+    done.append('--config.model.remat=block')
+    if fits(c, s, m):
+      return 'fits with ' + ' '.join(done)
+  if c.attention == 'dense':
+    c = dataclasses.replace(c, attention='auto')
+    done.append('--config.model.attention=auto')
+    if fits(c, s, m):
+      return 'fits with ' + ' '.join(done)
+  for factor in (2, 4, 8):
+    t = tensor * factor
+    if mesh[1] % factor or c.num_heads % t or c.intermediate_size % t:
+      continue
+    wider = (mesh[0], mesh[1] // factor, t)
+    micro = max(s.micro_batch_rows, wider[0] * wider[1])
+    s2 = dataclasses.replace(s, micro_batch_rows=micro)
+    if s.mini_batch_rows % micro == 0 and fits(c, s2, wider):
+      return 'fits with ' + ' '.join(
+        [*done, f'--config.mesh.fsdp={wider[1]} --config.mesh.tensor={t}']
+      )
+  for div, word in ((2, 'halved'), (4, 'quartered')):
+    s2 = dataclasses.replace(
+      s,
+      prompts=s.prompts // div,
+      slots=s.slots // div,
+      rows=s.rows // div,
+      mini_batch_rows=max(s.mini_batch_rows // div, s.micro_batch_rows),
+    )
+    if fits(c, s2, m):
+      return (
+        f"the paper's step does not fit this pod; fits with the step {word}: "
+        + ' '.join(
+          [
+            *done,
+            f'--config.rl.prompts_per_step={s2.prompts}',
+            f'--config.rl.slots={s2.slots}',
+            f'--config.rl.mini_batch_rows={s2.mini_batch_rows}',
+          ]
+        )
+      )
+  return 'the step does not fit even quartered: use a larger pod'
 
 
 def biggest_knobs(p: Plan, count: int = 3) -> list[str]:
