@@ -7,37 +7,56 @@ naming the config and the key. `paper_config` builds the reference setup
 (`run_reinforce_ada.sh` / `run_grpo.sh`, reference doc section 5.2) that the
 four paper configs share; each of them only adds its model and data.
 
-Mesh presets (`tpu=`), axes (data, fsdp, tensor); -1 fills the rest:
+Mesh presets (`tpu=`), axes (data, fsdp, tensor); -1 fills the rest. All
+paper configs run `model.attention=auto` (splash attention on TPU) and
+`model.remat=block`, and one training row per device per micro-batch
+(`rl.micro_batch_rows` = data x fsdp):
 
-| model size | v4-32 (16 chips, 32 GB) | v5p-64 (32 chips, 95 GB) | v6e-64 (64 chips, 32 GB) |
+| model | v4-32 (16 chips, 32 GiB) | v5p-64 (32 chips, 95 GiB) | v6e-64 (64 chips, 32 GiB) |
 |---|---|---|---|
-| 1.5B (Qwen2.5-Math-1.5B) | (1, -1, 1) | (1, -1, 1) | (1, -1, 1) |
-| 3B (Llama-3.2-3B-Instruct) | (1, -1, 1) | (1, -1, 1) | (1, -1, 1) |
-| 4B (Qwen3-4B-Instruct-2507) | (1, -1, 1) | (1, -1, 1) | (1, -1, 1) |
-| 7B (Qwen2.5-Math-7B) | (1, -1, 2) | (1, -1, 1) | (1, -1, 2) |
+| 1.5B (Qwen2.5-Math-1.5B) | (1, -1, 1) | (1, -1, 1) | (1, -1, 2) |
+| 3B (Llama-3.2-3B-Instruct) | (1, -1, 4), does NOT fit | (1, -1, 4) | (1, -1, 4) |
+| 4B (Qwen3-4B-Instruct-2507) | (1, -1, 4), does NOT fit | (1, -1, 4) | (1, -1, 4) |
+| 7B (Qwen2.5-Math-7B) | (1, -1, 2), does NOT fit | (1, -1, 2) | (1, -1, 4) |
 
-Why: memory is set by sampling, not by the update. The sampler keeps one KV
-cache of S slots x (P + N) positions, split over data x fsdp and *not* over
-tensor (sampler.py constrains it to the batch axes), plus a copy of the fp32
-params split only over tensor. Optimizer state (12 B/param fp32) is split
-over fsdp x tensor, so full FSDP is the cheapest layout for it, and data > 1
-would only add replicas. Tensor > 1 therefore pays only where the fp32
-sampling copy is the larger term (7B: 30 GB per chip at tensor=1). Rough
-per-chip HBM of sampling copy + KV cache + optimizer state at the paper's
-S = B·M = 4096 slots, P + N = 3072, bf16 KV (activations not counted;
-GRPO/DAPO use S = B·n = 2048, about the KV term halved):
+Peak HBM per chip of the paper's step (Ada-balance: B = 512 prompts, S =
+B·M = 4096 slots, up to 4 rounds, P + N = 1024 + 2048, R = 2048 rows,
+mini-batch 512) by `python -m ada_jax.plan` (planner/memory.py, calibrated
+against XLA's compiled memory analysis; `plan --check` compiles the real
+programs):
 
 | model | v4-32 | v5p-64 | v6e-64 |
 |---|---|---|---|
-| 1.5B | 30 GB (no room) | 18 GB | 12 GB |
-| 3B | 106 GB (no) | 60 GB | 36 GB (no) |
-| 4B | 136 GB (no) | 76 GB | 46 GB (no) |
-| 7B | 113 GB (no) | 57 GB | 40 GB (no) |
+| 1.5B | 26.4 GiB, sampling: fits | 18.1 GiB, sampling: fits | 10.5 GiB, sampling: fits |
+| 3B | 92.0 GiB, sampling: does NOT fit | 46.7 GiB, sampling: fits | 24.1 GiB, sampling: fits |
+| 4B | 118.0 GiB, sampling: does NOT fit | 60.0 GiB, sampling: fits | 30.9 GiB, sampling: fits (3% free) |
+| 7B | 56.9 GiB, sampling: does NOT fit | 32.0 GiB, sampling: fits | 22.3 GiB, sampling: fits |
 
-So the full Ada setup fits v5p-64 for every model and v6e-64 for 1.5B;
-elsewhere halve the step (`--config.rl.prompts_per_step=256
---config.rl.slots=2048 --config.rl.mini_batch_rows=256`) or use a larger
-pod. `rl.micro_batch_rows` is one row per batch shard (data x fsdp).
+Why. With block remat, blockwise attention and micro-batches over every row
+shard, the update and the old-logp pass are small (7B on v5p-64: 10.8 and
+6.6 GiB, params and AdamW state included). Memory is set by sampling: the
+round's KV cache (S / (data x fsdp) slots x (P + N) positions, KV heads
+split over tensor when they divide) and, next to it, the prompt cache of
+all B prompts that the round's slot gather all-gathers onto every device
+(every layer's K and V, split over tensor only), plus the bf16 sampling
+copy of the weights (split over tensor only). So: full FSDP where the KV
+cache dominates (1.5B on v4-32 and v5p-64: more slot shards), and a tensor
+axis as large as the KV heads allow where the gathered prompt cache and the
+sampling copy dominate (G = 8 for Llama-3B and Qwen3-4B: tensor 4; 7B: G =
+4; 1.5B: G = 2). data > 1 only adds replicas. DAPO prefills 2B = 1024
+prompts: 1.5B on v4-32 takes (1, -1, 2) and 4B on v6e-64 (1, -1, 8) for it
+(`VARIANT_MESH_PRESETS`). Every variant fits where balance does (GRPO and
+DAPO have S = B·n = 2048 slots).
+
+Where a pod cannot hold the paper's step (3B, 4B and 7B on v4-32, listed
+in `DOES_NOT_FIT`), the plan names the smallest change that fits: 4 (3B,
+7B) or 8 (4B) slot waves per round (the step unchanged; not implemented),
+else the step quartered (3B, 7B: `--config.rl.prompts_per_step=128
+--config.rl.slots=1024 --config.rl.mini_batch_rows=128`), else a larger pod
+(4B). Not part of the step, and beyond every preset today: the trainer's
+own evaluation and pass-rate histogram (and the evaluate / select_prompts
+commands) prefill S prompts per chunk, and the round all-gathers all of
+them (60-190 GiB per chip); `plan` prints their verdicts separately.
 """
 
 from __future__ import annotations
@@ -51,10 +70,23 @@ VARIANTS = ('grpo', 'pos', 'balance', 'dapo', 'est')
 SCHEDULES = ('paper', 'refill')
 TPUS = {'v4-32': 16, 'v5p-64': 32, 'v6e-64': 64}  # Chips = JAX devices.
 MESH_PRESETS: dict[str, dict[str, tuple[int, int, int]]] = {
-  '1.5b': {'v4-32': (1, -1, 1), 'v5p-64': (1, -1, 1), 'v6e-64': (1, -1, 1)},
-  '3b': {'v4-32': (1, -1, 1), 'v5p-64': (1, -1, 1), 'v6e-64': (1, -1, 1)},
-  '4b': {'v4-32': (1, -1, 1), 'v5p-64': (1, -1, 1), 'v6e-64': (1, -1, 1)},
-  '7b': {'v4-32': (1, -1, 2), 'v5p-64': (1, -1, 1), 'v6e-64': (1, -1, 2)},
+  '1.5b': {'v4-32': (1, -1, 1), 'v5p-64': (1, -1, 1), 'v6e-64': (1, -1, 2)},
+  '3b': {'v4-32': (1, -1, 4), 'v5p-64': (1, -1, 4), 'v6e-64': (1, -1, 4)},
+  '4b': {'v4-32': (1, -1, 4), 'v5p-64': (1, -1, 4), 'v6e-64': (1, -1, 4)},
+  '7b': {'v4-32': (1, -1, 2), 'v5p-64': (1, -1, 2), 'v6e-64': (1, -1, 4)},
+}
+# DAPO samples 2B prompts: their all-gathered prompt cache needs a larger
+# tensor axis than the Ada and GRPO steps on these pods.
+VARIANT_MESH_PRESETS: dict[tuple[str, str, str], tuple[int, int, int]] = {
+  ('dapo', '1.5b', 'v4-32'): (1, -1, 2),
+  ('dapo', '4b', 'v6e-64'): (1, -1, 8),
+}
+# Pods that cannot hold the paper's step by the plan (module docstring):
+# (size, pod) -> the smallest change `python -m ada_jax.plan` names.
+DOES_NOT_FIT: dict[tuple[str, str], str] = {
+  ('3b', 'v4-32'): '4 slot waves per round (not implemented), or the step quartered',
+  ('4b', 'v4-32'): '8 slot waves per round (not implemented), or a larger pod',
+  ('7b', 'v4-32'): '4 slot waves per round (not implemented), or the step quartered',
 }
 _FLAGS = ('runlocal',)  # Bare words; `runlocal` and `runlocal=1` both work.
 
@@ -105,11 +137,15 @@ def parse_arg(
   return out
 
 
-def mesh_preset(size: str, tpu: str, config_name: str) -> dict[str, int]:
+def mesh_preset(
+  size: str, tpu: str, config_name: str, variant: str = ''
+) -> dict[str, int]:
   """The (data, fsdp, tensor) mesh of a model size on a pod (see the table)."""
   if tpu not in TPUS:
     raise ValueError(f'{config_name}: arg tpu={tpu!r} is not one of {tuple(TPUS)}')
-  data, fsdp, tensor = MESH_PRESETS[size][tpu]
+  data, fsdp, tensor = VARIANT_MESH_PRESETS.get(
+    (variant, size, tpu), MESH_PRESETS[size][tpu]
+  )
   return {'data': data, 'fsdp': fsdp, 'tensor': tensor}
 
 
@@ -210,7 +246,7 @@ def paper_config(
   c.seed = int(args['seed'])
   # Mesh: full FSDP by default; `tpu=` presets per pod (module docstring).
   mesh = (
-    mesh_preset(size, args['tpu'], config_name)
+    mesh_preset(size, args['tpu'], config_name, variant)
     if args['tpu']
     else {'data': 1, 'fsdp': -1, 'tensor': 1}
   )
@@ -225,7 +261,7 @@ def paper_config(
   c.model.dtype = 'bfloat16'  # Compute and KV cache.
   c.model.param_dtype = 'float32'  # Master weights: lr 1e-6 vanishes in bf16.
   # Training and prefill never build [H, T, T] scores (chunked; splash on TPU),
-  # and the backward recomputes each block (the plan in configs/common.py).
+  # and the backward recomputes each block (the plan in the module docstring).
   c.model.attention = 'auto'
   c.model.remat = 'block'
   c.model.tiny = ml_collections.ConfigDict(  # Only read when hf_path is ''.

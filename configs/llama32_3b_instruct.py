@@ -12,6 +12,11 @@ coefficient 0 (paper: 1e-4; `--config.rl.entropy_coef=1e-4`) and 400 steps
 (paper text: 600; `--config.rl.steps=600`). Shared values and the mesh
 presets live in configs/common.py.
 
+Memory by the plan (ada_jax.plan; peak per chip, the Ada-balance step):
+v5p-64 46.7 GiB and v6e-64 24.1 GiB fit; v4-32 does NOT fit (92.0 GiB > 32:
+the round's KV cache and gathered prompts); the plan names 4 slot waves per
+round (not implemented) or the step quartered (B=128, S=1024, mini 128).
+
 Data: `data=hard` only: `ada_math_local/hard_llama`; `data=easy` is an
 error. Copy the files to ~/ada_manual on every worker (README
 "Data"); they build into ~/tensorflow_datasets on first use.

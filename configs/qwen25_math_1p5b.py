@@ -12,6 +12,9 @@ coefficient 0 (paper: 1e-4; `--config.rl.entropy_coef=1e-4`) and 400 steps
 (paper text: 600; `--config.rl.steps=600`). Shared values and the mesh
 presets live in configs/common.py.
 
+Memory by the plan (ada_jax.plan; peak per chip, the Ada-balance step):
+v4-32 26.4 GiB, v5p-64 18.1 GiB, v6e-64 10.5 GiB: fits all three.
+
 Data: `data=hard` (default): `ada_math_local/hard_1p5b`; `data=easy`:
 `ada_math_local/simple_1p5b`. Copy the files to ~/ada_manual on every worker (README
 "Data"); they build into ~/tensorflow_datasets on first use.

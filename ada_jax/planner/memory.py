@@ -294,7 +294,12 @@ def _layer_bytes(
   kept = t * (h + 2 * g) * c.head_dim * (3 * a + 7) + 6 * a * t * f
   kept += 4 * a * t * c.hidden_size
   if impl == 'dense':
+    if c.remat == 'block':  # One layer at a time: probabilities and their grad.
+      return kept + 4 * h * t * t, 4 * h * t * t
     return kept + 7 * h * t * t, 7 * h * t * t
+  # The flash residuals and gradients per query head (q, k and v repeated to
+  # the H heads, the output, its cotangent).
+  kept += 12 * a * t * h * c.head_dim
   tq, _ = attention_lib.block_size(t, attention_lib.BLOCK_Q)
   tk, _ = attention_lib.block_size(t, attention_lib.BLOCK_K)
   return kept, 4 * 4 * h * tq * tk
@@ -410,7 +415,7 @@ def plan(
   g = _split(c.num_kv_heads, tensor)
   fwd = 2 * a * t * (f + (h + 2 * g) * c.head_dim + c.hidden_size)
   if impl == 'dense':
-    fwd += 8 * h * t * t
+    fwd += 7 * h * t * t
   else:
     tq, _ = attention_lib.block_size(t, attention_lib.BLOCK_Q)
     tk, _ = attention_lib.block_size(t, attention_lib.BLOCK_K)
@@ -420,6 +425,8 @@ def plan(
     logp_weights = layers_train + WEIGHTS_GATHERED_BLOCK * layer_g + embed_g
   else:
     logp_weights = c.num_layers * layer_g + embed_g
+    if impl != 'dense':  # Unrolled flash forwards keep their fp32 outputs.
+      logp_weights += c.num_layers * b_dev * 4 * t * h * c.head_dim
   logp_tmp = b_dev * fwd + logp_weights
   logp_out = 2 * batch_f32
 
@@ -588,7 +595,8 @@ def smallest_change(
   Tried in order, each on top of the ones before that helped: one row per
   device per micro-batch, remat='block', blockwise attention (these keep the
   step as it is), then a larger tensor axis (fsdp shrinks to keep the device
-  count), then the step halved (B, S, R and the mini-batch), then quartered.
+  count), then slot waves (not implemented), then the step halved (B, S, R
+  and the mini-batch), then quartered.
   """
   dp, tensor = mesh[0] * mesh[1], mesh[2]
   c, s, m = config, shapes, tuple(mesh)
@@ -623,6 +631,19 @@ def smallest_change(
       return 'fits with ' + ' '.join(
         [*done, f'--config.mesh.fsdp={wider[1]} --config.mesh.tensor={t}']
       )
+  waves_note = ''
+  for waves in (2, 4, 8):
+    # Slot waves (not implemented): each round's S slots sampled in `waves`
+    # fixed-shape waves of S / waves; the step itself unchanged.
+    if s.slots % (waves * dp):
+      continue
+    s2 = dataclasses.replace(s, slots=s.slots // waves, max_rounds=s.max_rounds * waves)
+    if fits(c, s2, m):
+      waves_note = (
+        f'; {waves} slot waves per round ({s.slots // waves} slots each, the step '
+        'unchanged) would fit, not implemented'
+      )
+      break
   for div, word in ((2, 'halved'), (4, 'quartered')):
     s2 = dataclasses.replace(
       s,
@@ -632,18 +653,19 @@ def smallest_change(
       mini_batch_rows=max(s.mini_batch_rows // div, s.micro_batch_rows),
     )
     if fits(c, s2, m):
+      flags = ' '.join(
+        [
+          *done,
+          f'--config.rl.prompts_per_step={s2.prompts}',
+          f'--config.rl.slots={s2.slots}',
+          f'--config.rl.mini_batch_rows={s2.mini_batch_rows}',
+        ]
+      )
       return (
         f"the paper's step does not fit this pod; fits with the step {word}: "
-        + ' '.join(
-          [
-            *done,
-            f'--config.rl.prompts_per_step={s2.prompts}',
-            f'--config.rl.slots={s2.slots}',
-            f'--config.rl.mini_batch_rows={s2.mini_batch_rows}',
-          ]
-        )
+        f'{flags}{waves_note}'
       )
-  return 'the step does not fit even quartered: use a larger pod'
+  return f'the step does not fit even quartered: use a larger pod{waves_note}'
 
 
 def biggest_knobs(p: Plan, count: int = 3) -> list[str]:
