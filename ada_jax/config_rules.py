@@ -133,6 +133,7 @@ def _rules() -> dict[str, Rule]:
   # module import, so that `--help` of the commands stays fast.
   from ada_jax import adaptive, attention, model, prompts
   from ada_jax.rl import loss, update
+  from ada_jax.verifier import backends
 
   positive = Int(1)
   count = Int(0)
@@ -218,6 +219,9 @@ def _rules() -> dict[str, Rule]:
     'sft.boxed_share': Float(0.0, 1.0, lo_open=True),
     'verifier.timeout_s': Float(0.0, lo_open=True),
     'verifier.workers': Int(0, why='0: one per CPU'),
+    'verifier.backend': OneOf(
+      *backends.BACKENDS, why="math_verify needs pip install -e '.[math_verify]'"
+    ),
     'checkpoint.every': positive,
     'checkpoint.keep': positive,
     'log.samples_per_step': count,

@@ -12,7 +12,8 @@ everything takes typed settings. In order of use:
 - `tokenizer(c, ...)`, `model_config(c, ...)`: the policy's tokenizer and
   shapes.
 - `scorer(c, tok)`: the verifier's settings bound once (`scoring.Scorer`),
-  for the trainer and the commands that score samples.
+  for the trainer and the commands that score samples; `verifier_backend(c)`
+  the grader it uses.
 - `trainer(c, workdir)`: mesh, data, model, settings (the controller's as
   `adaptive.ControllerSettings`) and the Trainer, resumed from the
   workdir's latest checkpoint, or started over with the earlier run files
@@ -29,6 +30,7 @@ from __future__ import annotations
 import argparse
 import ast
 import dataclasses
+import functools
 import importlib.util
 import logging
 import os
@@ -245,19 +247,35 @@ def scorer(
   c: Any,
   tok: tokenizer_lib.Tokenizer,
   verify_fn: Callable[..., Any] | None = None,
+  backend: str | None = None,
 ) -> scoring.Scorer:
   """The verifier's settings (`verifier.*`) with the tokenizer, bound once.
 
-  `verify_fn` replaces `verifier.verify_batch` (tests, benchmarks).
+  `verify_fn` replaces `verifier.verify_batch` (tests, benchmarks). A
+  `verifier.backend` other than 'ada' (default), or `backend` when given
+  (evaluate's per-set graders), is bound into the call and checked here: a
+  missing Math-Verify extra fails before any work starts.
   """
   from ada_jax.rl import scoring
 
+  backend = backend or verifier_backend(c)
+  if backend != 'ada':
+    from ada_jax import verifier
+    from ada_jax.verifier import backends
+
+    backends.check(backend)
+    verify_fn = functools.partial(verify_fn or verifier.verify_batch, backend=backend)
   return scoring.Scorer(
     tok=tok,
     timeout_s=c.verifier.timeout_s,
     workers=c.verifier.workers or None,
     verify_fn=verify_fn,
   )
+
+
+def verifier_backend(c: Any) -> str:
+  """`verifier.backend`: 'ada' (ours, the default) or 'math_verify'."""
+  return c.verifier.get('backend', 'ada') or 'ada'
 
 
 def controller(c: Any) -> adaptive.ControllerSettings:

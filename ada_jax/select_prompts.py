@@ -14,7 +14,9 @@ at most a bound of the time: 0.125 gives the "hard" sets (1-2 of 16),
    `data.manual_dir` for local files; `data.levels` as in training);
 2. deduplicate by `datasets.prompt_key(problem)`, keeping the first;
 3. drop prompts whose reference the verifier cannot parse (such a prompt
-   can never be rewarded except by copying the reference's text);
+   can never be rewarded except by copying the reference's text); the
+   verifier is `verifier.backend`: `--config.verifier.backend=math_verify`
+   selects and filters with Math-Verify, as the reference did;
 4. drop prompts longer than `data.prompt_bucket` (training drops them too),
    then keep the first --max-prompts (0: all);
 5. sample k answers per prompt from the policy of CHECKPOINT (a run workdir,
@@ -47,19 +49,21 @@ from typing import Any
 
 import numpy as np
 
-from ada_jax import from_config, verifier
+from ada_jax import from_config
+from ada_jax.verifier import backends
 
 DEFAULT_K = 16
 DEFAULT_MAX_PASS_RATE = 0.125
 
 
 def prefilter(
-  keys: Sequence[int], references: Sequence[str]
+  keys: Sequence[int], references: Sequence[str], backend: str = 'ada'
 ) -> tuple[list[int], int, int]:
   """(indices kept, duplicates dropped, unparsable references dropped).
 
   Duplicates go first: the first occurrence of a key stands for all of
-  them, whatever its reference.
+  them, whatever its reference. A reference is parsable if the grader
+  `backend` reads it (`verifier.backends.reference_parses`).
   """
   seen: set[int] = set()
   kept, duplicates, unparsable = [], 0, 0
@@ -68,7 +72,7 @@ def prefilter(
       duplicates += 1
       continue
     seen.add(key)
-    if not verifier.reference_parses(reference):
+    if not backends.reference_parses(reference, backend):
       unparsable += 1
       continue
     kept.append(i)
@@ -168,8 +172,9 @@ def run(
   )
   examples = data.select_levels(examples, c.data.get('levels', ''))
   counts = {'input': len(examples)}
+  backend = from_config.verifier_backend(c)
   kept, counts['duplicates'], counts['unparsable_reference'] = prefilter(
-    [e.prompt_key for e in examples], [e.reference for e in examples]
+    [e.prompt_key for e in examples], [e.reference for e in examples], backend
   )
   examples, counts['too_long'] = data.drop_long_prompts(
     tok, [examples[i] for i in kept], bucket
@@ -207,6 +212,7 @@ def run(
     'max_pass_rate': max_pass_rate,
     'max_new_tokens': max_new_tokens,
     'seed': seed,
+    'verifier_backend': backend,
     'counts': counts,
     'pass_rate_histogram': hist,
   }

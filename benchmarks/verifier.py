@@ -1,18 +1,18 @@
-"""Throughput of the answer verifier, side by side with Math-Verify.
+"""Throughput and agreement of the reward backends: ours and Math-Verify.
 
 Measures, on one fixed mix of realistic (response, reference) pairs:
-  * ``ada_jax.verifier.verify`` in this process (verifications per second);
-  * Math-Verify configured as Reinforce-Ada trains with it (last box
-    extracted, both sides re-boxed, ``math_metric`` with LaTeX gold and
-    Expr+LaTeX prediction targets), in this process when ``math_verify``
-    imports, otherwise in a subprocess running ``--mv-python`` (default
-    ``$MATH_VERIFY_PYTHON`` or .venv-mathverify/bin/python);
-  * ``ada_jax.verifier.verify_batch`` with ``--workers`` processes (default 2),
-    after a warm-up batch (pool start-up is reported apart).
-It also reports each verifier's agreement with the mix's labels.
+  * each backend in this process (verifications per second): ``ada``
+    (``ada_jax.verifier``) and ``math_verify`` (the reference's reward:
+    last box, then ``verify(parse(gold), parse(pred))``, as
+    ``verifier.backends`` calls it);
+  * each backend through ``verify_batch(backend=...)`` with ``--workers``
+    processes (default 2), after a warm-up batch (pool start-up apart);
+  * each backend's agreement with the mix's labels (false positives
+    counted), the two backends' agreement with each other, and the same on
+    the answer kinds of tests/verifier_kind_cases.py (through the pool, with
+    a hard per-item deadline ``--timeout-s``: an item past it scores False).
 
-Math-Verify is a benchmark-only dependency (not in requirements.txt):
-  python -m venv .venv-mathverify && .venv-mathverify/bin/pip install math-verify
+Math-Verify is the ``math_verify`` extra: pip install -e '.[math_verify]'.
 
 Run: python benchmarks/verifier.py [--seconds 5] [--workers 2] [--json out.json]
 """
@@ -21,9 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import pathlib
-import subprocess
 import sys
 import time
 
@@ -90,47 +88,6 @@ MIX: list[tuple[str, str, bool]] = [
 ]
 
 
-def _ra_extract(s: str) -> str | None:
-  """Reinforce-Ada's extract_boxed_answer: last ``\\boxed{``, a depth counter."""
-  i = s.rfind('\\boxed{')
-  if i < 0:
-    return None
-  depth, j = 0, i + len('\\boxed')
-  start = j + 1
-  while j < len(s):
-    if s[j] == '{':
-      depth += 1
-    elif s[j] == '}':
-      depth -= 1
-      if depth == 0:
-        return s[start:j]
-    j += 1
-  return None
-
-
-def _make_peer():
-  """Math-Verify as Reinforce-Ada configures it (metric compiled once)."""
-  from math_verify.metric import math_metric
-  from math_verify.parser import ExprExtractionConfig, LatexExtractionConfig
-
-  metric = math_metric(
-    gold_extraction_target=(LatexExtractionConfig(),),
-    pred_extraction_target=(ExprExtractionConfig(), LatexExtractionConfig()),
-  )
-
-  def score(response: str, reference: str) -> bool:
-    content = _ra_extract(response)
-    if not content:
-      return False
-    try:
-      value, _ = metric(['\\boxed{' + reference + '}'], ['\\boxed{' + content + '}'])
-    except BaseException:  # its TimeoutException is a BaseException
-      return False
-    return value > 0.5
-
-  return score
-
-
 def _rate(
   fn, mix: list[tuple[str, str, bool]], seconds: float
 ) -> tuple[float, list[bool]]:
@@ -143,96 +100,77 @@ def _rate(
   return n / (time.perf_counter() - start), verdicts
 
 
-def _peer_worker() -> None:
-  """Subprocess mode: mix and seconds as JSON on stdin, figures on stdout."""
-  cfg = json.load(sys.stdin)
-  mix = [tuple(c) for c in cfg['mix']]
-  rate, verdicts = _rate(_make_peer(), mix, cfg['seconds'])
-  print(json.dumps({'rate': rate, 'verdicts': verdicts}))
+def _agreement(verdicts: list[bool], mix: list[tuple[str, str, bool]]) -> str:
+  labels = [label for _, _, label in mix]
+  right = sum(v == label for v, label in zip(verdicts, labels, strict=True))
+  false_pos = sum(v and not label for v, label in zip(verdicts, labels, strict=True))
+  return f'{right}/{len(mix)} ({false_pos} FP)'
 
 
-def _peer(seconds: float, python: str) -> dict[str, object]:
-  try:
-    score = _make_peer()
-  except ImportError:
-    if not pathlib.Path(python).exists():
-      raise SystemExit(
-        f'Math-Verify interpreter {python} not found (see the docstring)'
-      ) from None
-    out = subprocess.run(
-      [python, __file__, '--peer-worker'],
-      input=json.dumps({'mix': MIX, 'seconds': seconds}),
-      capture_output=True,
-      text=True,
-      check=True,
-      timeout=600,
-    )
-    return json.loads(out.stdout.strip().splitlines()[-1])
-  rate, verdicts = _rate(score, MIX, seconds)
-  return {'rate': rate, 'verdicts': verdicts}
-
-
-def _agreement(verdicts: list[bool]) -> tuple[int, int]:
-  right = sum(v == label for v, (_, _, label) in zip(verdicts, MIX, strict=True))
-  false_pos = sum(
-    v and not label for v, (_, _, label) in zip(verdicts, MIX, strict=True)
+def _batch_rate(verifier, backend: str, reps: int, workers: int) -> tuple[float, float]:
+  responses = [r for r, _, _ in MIX]
+  references = [ref for _, ref, _ in MIX]
+  start = time.perf_counter()
+  verifier.verify_batch(responses, references, workers=workers, backend=backend)
+  startup = time.perf_counter() - start
+  start = time.perf_counter()
+  verifier.verify_batch(
+    responses * reps, references * reps, workers=workers, backend=backend
   )
-  return right, false_pos
+  return len(responses) * reps / (time.perf_counter() - start), startup
 
 
 def main() -> None:
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument(
-    '--seconds', type=float, default=5.0, help='measuring time per verifier'
+    '--seconds', type=float, default=5.0, help='measuring time per backend'
   )
   parser.add_argument('--workers', type=int, default=2, help='verify_batch processes')
   parser.add_argument(
-    '--mv-python',
-    default=os.environ.get(
-      'MATH_VERIFY_PYTHON', str(_ROOT / '.venv-mathverify' / 'bin' / 'python')
-    ),
-    help='interpreter with math-verify installed (used when it does not import here)',
+    '--timeout-s', type=float, default=5.0, help='per-item deadline on the kinds'
   )
   parser.add_argument('--json', help='also write the figures to this file')
-  parser.add_argument('--peer-worker', action='store_true', help=argparse.SUPPRESS)
   args = parser.parse_args()
-  if args.peer_worker:
-    _peer_worker()
-    return
 
-  # Imported here so that the --peer-worker mode needs only math-verify.
   sys.path.insert(0, str(_ROOT))
   from ada_jax import verifier
+  from ada_jax.verifier import backends
+  from tests.verifier_kind_cases import KIND_CASES
 
-  ours_rate, ours_verdicts = _rate(verifier.verify, MIX, args.seconds)
-  peer = _peer(args.seconds, args.mv_python)
+  backends.require()
+  kinds = [(r, ref, label) for _, r, ref, label in KIND_CASES]
+  figures: dict[str, object] = {'mix_size': len(MIX), 'kinds_size': len(kinds)}
+  verdicts = {}
+  for name in backends.BACKENDS:
 
-  reps = max(1, int(ours_rate * args.seconds / len(MIX)))
-  responses = [r for r, _, _ in MIX] * reps
-  references = [ref for _, ref, _ in MIX] * reps
-  start = time.perf_counter()
-  verifier.verify_batch(
-    responses[: len(MIX)], references[: len(MIX)], workers=args.workers
+    def fn(r, ref, name=name):
+      return backends.verify(r, ref, name)
+
+    rate, verdicts[name] = _rate(fn, MIX, args.seconds)
+    reps = max(1, int(rate * args.seconds / len(MIX)))
+    batch_rate, startup = _batch_rate(verifier, name, reps, args.workers)
+    # In the pool: the hard deadline (Math-Verify's timeouts are off).
+    kind_verdicts = verifier.verify_batch(
+      [r for r, _, _ in kinds],
+      [ref for _, ref, _ in kinds],
+      timeout_s=args.timeout_s,
+      workers=args.workers,
+      backend=name,
+    ).tolist()
+    verdicts[name + '_kinds'] = kind_verdicts
+    figures[f'{name}_per_s'] = round(rate, 1)
+    figures[f'{name}_batch_per_s'] = round(batch_rate, 1)
+    figures[f'{name}_batch_startup_s'] = round(startup, 2)
+    figures[f'{name}_agreement'] = _agreement(verdicts[name], MIX)
+    figures[f'{name}_kinds_agreement'] = _agreement(kind_verdicts, kinds)
+  figures['batch_workers'] = args.workers
+  figures['ratio_ada_over_math_verify'] = round(
+    float(figures['ada_per_s']) / float(figures['math_verify_per_s']), 2
   )
-  startup = time.perf_counter() - start
-  start = time.perf_counter()
-  batch = verifier.verify_batch(responses, references, workers=args.workers)
-  batch_rate = len(responses) / (time.perf_counter() - start)
-  assert batch[: len(MIX)].tolist() == ours_verdicts
-
-  ours_right, ours_fp = _agreement(ours_verdicts)
-  peer_right, peer_fp = _agreement(peer['verdicts'])  # type: ignore[arg-type]
-  figures = {
-    'mix_size': len(MIX),
-    'verify_per_s': round(ours_rate, 1),
-    'math_verify_per_s': round(float(peer['rate']), 1),  # type: ignore[arg-type]
-    'ratio': round(ours_rate / float(peer['rate']), 2),  # type: ignore[arg-type]
-    'verify_batch_per_s': round(batch_rate, 1),
-    'verify_batch_workers': args.workers,
-    'verify_batch_startup_s': round(startup, 2),
-    'verify_agreement': f'{ours_right}/{len(MIX)} ({ours_fp} FP)',
-    'math_verify_agreement': f'{peer_right}/{len(MIX)} ({peer_fp} FP)',
-  }
+  for suffix, mix in (('', MIX), ('_kinds', kinds)):
+    a, m = verdicts['ada' + suffix], verdicts['math_verify' + suffix]
+    same = sum(x == y for x, y in zip(a, m, strict=True))
+    figures[f'backends_agree{suffix}'] = f'{same}/{len(mix)}'
   width = max(len(k) for k in figures)
   for key, value in figures.items():
     print(f'{key:<{width}}  {value}')

@@ -175,7 +175,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     )
   )
 
-  c.verifier = ml_collections.ConfigDict(dict(timeout_s=2.0, workers=2))
+  c.verifier = ml_collections.ConfigDict(dict(timeout_s=2.0, workers=2, backend='ada'))
   c.checkpoint = ml_collections.ConfigDict(dict(every=20, keep=2))
   c.log = ml_collections.ConfigDict(
     dict(samples_per_step=4, wandb_project='', tensorboard=True)

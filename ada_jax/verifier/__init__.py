@@ -6,10 +6,14 @@ into guarded AST nodes (`lexer`, `parser`, `guards`, `nodes`, `build`: model
 text is never handed to sympify or eval), comparable values and the
 comparison cascade (`values`, `compare`, `scalars`), cooperative and hard
 deadlines (`deadline`), the grading policy (`grade`) and the worker-process
-pool with a per-item deadline (`pool`).
+pool with a per-item deadline (`pool`). `backends` puts the reference's
+graders behind the same pool (`verify_batch(..., backend=...)`): Math-Verify
+(the optional `math_verify` extra) and a Qwen2.5-Math-style grader (`qwen`)
+on our parser, for evaluation.
 
 May import: nothing of ada_jax outside this package, and never JAX (a
-test checks), so the reward runs anywhere, in cheap worker processes.
+test checks), so the reward runs anywhere, in cheap worker processes;
+Math-Verify only when a backend asks for it.
 
 Public API: `verify`, `verify_batch`, `extract`, `equivalent`,
 `reference_parses`, `counters`, `reset_counters`.

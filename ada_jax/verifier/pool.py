@@ -7,7 +7,10 @@ busy when its item's time is up is killed (SIGKILL) and replaced by a fresh
 one, and the item scores False. Workers come from a forkserver that preloaded
 the verifier (cheap respawns, and no fork of a parent holding JAX threads).
 The parent extracts the boxed answer itself (linear time), so only short
-strings cross the pipes. An item's clock starts when a ready worker takes it:
+strings cross the pipes (graders that read the whole response get it all).
+The grader is ``backend`` (``backends``: ours, or the reference's
+Math-Verify and Qwen-style graders, whose own signal timeouts are off: the
+kill is their deadline too). An item's clock starts when a ready worker takes it:
 a worker first reports that it has started (a respawn on a loaded machine can
 take seconds), so a slow start never turns correct answers into timeouts.
 """
@@ -27,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from ada_jax.verifier import grade, normalize
+from ada_jax.verifier import backends, grade
 
 _STAT_KEYS = ('calls', 'timeouts', 'guard_trips', 'parse_failures')
 _READY = 'ready'
@@ -35,14 +38,15 @@ _READY = 'ready'
 _START_TIMEOUT_S = 300.0
 
 
-def _worker_main(conn: Any, start_delay_s: float = 0.0) -> None:
+def _worker_main(conn: Any, start_delay_s: float = 0.0, backend: str = 'ada') -> None:
   """Worker loop: runs chunks of (index, answer, reference) tasks.
 
-  Sends `_READY` once started, then one (index, ok, seconds, counter deltas)
-  message per task when done. `start_delay_s` stands in for a slow start in
-  tests.
+  Loads and runs `backend` once, sends `_READY`, then one (index, ok,
+  seconds, counter deltas) message per task when done. `start_delay_s`
+  stands in for a slow start in tests.
   """
   time.sleep(start_delay_s)
+  backends.warm(backend)
   conn.send(_READY)
   while True:
     try:
@@ -54,17 +58,17 @@ def _worker_main(conn: Any, start_delay_s: float = 0.0) -> None:
     for index, answer, reference in chunk:
       before = grade.counters()
       start = time.monotonic()
-      ok = grade.equivalent(answer, reference)
+      ok = backends.equivalent(answer, reference, backend)
       elapsed = time.monotonic() - start
       after = grade.counters()
       conn.send((index, ok, elapsed, {k: after[k] - before[k] for k in after}))
 
 
 class _Worker:
-  def __init__(self, ctx: Any, start_delay_s: float = 0.0):
+  def __init__(self, ctx: Any, start_delay_s: float = 0.0, backend: str = 'ada'):
     self.conn, child = ctx.Pipe()
     self.proc = ctx.Process(
-      target=_worker_main, args=(child, start_delay_s), daemon=True
+      target=_worker_main, args=(child, start_delay_s, backend), daemon=True
     )
     self.proc.start()
     child.close()
@@ -100,12 +104,13 @@ class _Worker:
 
 
 class _Pool:
-  def __init__(self, size: int, start_delay_s: float = 0.0):
+  def __init__(self, size: int, start_delay_s: float = 0.0, backend: str = 'ada'):
     self.ctx = multiprocessing.get_context('forkserver')
     self.ctx.set_forkserver_preload(['ada_jax.verifier'])
     self.size = size
     self.start_delay_s = start_delay_s
-    self.workers = [_Worker(self.ctx, start_delay_s) for _ in range(size)]
+    self.backend = backend
+    self.workers = [_Worker(self.ctx, start_delay_s, backend) for _ in range(size)]
 
   def close(self) -> None:
     for w in self.workers:
@@ -181,7 +186,7 @@ class _Pool:
 
   def _replace(self, w: _Worker) -> _Worker:
     w.kill()
-    fresh = _Worker(self.ctx, self.start_delay_s)
+    fresh = _Worker(self.ctx, self.start_delay_s, self.backend)
     self.workers[self.workers.index(w)] = fresh
     return fresh
 
@@ -201,23 +206,28 @@ atexit.register(_shutdown)
 
 
 def run(
-  responses: list[str], references: list[str], *, timeout_s: float, workers: int | None
+  responses: list[str],
+  references: list[str],
+  *,
+  timeout_s: float,
+  workers: int | None,
+  backend: str = 'ada',
 ) -> tuple[list[bool], dict[str, int]]:
   """Scores pairs in the (persistent) pool; returns verdicts and counter deltas."""
   global _POOL
   size = workers or min(os.cpu_count() or 1, 16)
   tasks = []
   for k, (response, reference) in enumerate(zip(responses, references, strict=True)):
-    answer = normalize.extract(response) if isinstance(response, str) else None
+    answer = backends.extract(response, backend) if isinstance(response, str) else None
     if answer is not None and isinstance(reference, str):
       tasks.append((k, answer, reference))
   stats = {'calls': len(responses) - len(tasks)}
   if not tasks:
     return [False] * len(responses), stats
   with _POOL_LOCK:
-    if _POOL is None or _POOL.size != size:
+    if _POOL is None or _POOL.size != size or _POOL.backend != backend:
       _shutdown()
-      _POOL = _Pool(size)
+      _POOL = _Pool(size, backend=backend)
     try:
       results, deltas = _POOL.run(tasks, len(responses), timeout_s)
     except BaseException:
@@ -241,6 +251,7 @@ def verify_batch(
   *,
   timeout_s: float = 2.0,
   workers: int | None = None,
+  backend: str = 'ada',
 ) -> np.ndarray:
   """Scores many (response, reference) pairs in worker processes.
 
@@ -254,17 +265,26 @@ def verify_batch(
     references: reference answers, one per response.
     timeout_s: hard per-item deadline in seconds.
     workers: number of worker processes (default: CPU count, at most 16).
+    backend: the grader (``backends.GRADERS``): ``ada`` (ours), ``math_verify``
+      (the reference's reward), ``math_verify_response`` or ``qwen`` (the
+      reference's evaluation graders). The pool restarts when it changes.
 
   Returns:
     A bool array of shape ``[len(responses)]``.
 
   Raises:
-    ValueError: if the two sequences differ in length.
+    ValueError: if the two sequences differ in length, or an unknown backend.
+    ImportError: a Math-Verify backend without the ``math_verify`` extra.
   """
   if len(responses) != len(references):
     raise ValueError('responses and references differ in length')
+  backends.check(backend)
   results, stats = run(
-    list(responses), list(references), timeout_s=timeout_s, workers=workers
+    list(responses),
+    list(references),
+    timeout_s=timeout_s,
+    workers=workers,
+    backend=backend,
   )
   grade.add_counts(stats)
   return np.asarray(results, dtype=bool)
