@@ -3,7 +3,7 @@ r"""Ave@k and pass@k of a policy on benchmark sets (reference section 8.2).
   python -m ada_jax.evaluate --config CONFIG[:arg] --checkpoint DIR \
       --datasets math500,minerva_math,olympiadbench,aime_like --k 32 \
       [--out DIR] [--max-new-tokens N] [--temperature 1.0] [--slots S] \
-      [--config.key=value ...]
+      [--graders ada|reference] [--config.key=value ...]
 
 DIR is a run workdir (its latest checkpoint's params are restored
 read-only through `from_config.policy`, so the config must describe the
@@ -21,9 +21,13 @@ Datasets: `math500`, `minerva_math`, `olympiadbench`, `aime_like`,
 split), `ada_arith` (its test split); `NAME:SPLIT` picks another split.
 The run's own dataset (`data.name`, e.g. ada_arith) is evaluated on the
 band of levels the run used (`data.levels`), as its in-run evaluation was.
-The reference grades Minerva with the Qwen2.5-Math grader; here every set
-uses `ada_jax.verifier`. Datasets are read from `data.data_dir`, else from
-the run's `tfds/` when already built there, else built into OUT/tfds.
+Graders (`--graders`): `ada` (default) grades every set with
+`ada_jax.verifier`; `reference` grades as the reference's evaluation does:
+minerva_math with a Qwen2.5-Math-style grader (the "answer is" / last-number
+fallback and a 1e-4 relative tolerance, on our safe parser) and every other
+set with Math-Verify on the whole response (the `math_verify` extra). The
+report names each set's grader. Datasets are read from `data.data_dir`, else
+from the run's `tfds/` when already built there, else built into OUT/tfds.
 
 Writes OUT/eval.json and OUT/eval.md (OUT defaults to CHECKPOINT/eval):
 per set the problems, Ave@k (mean accuracy over problems x k samples) and
@@ -58,6 +62,28 @@ PAPER_WEIGHTS = {
   'aime_like': 230,
 }
 DEFAULT_MAX_NEW_TOKENS = 4096
+GRADER_MODES = ('ada', 'reference')
+# What the report calls each grader (`verifier.backends.GRADERS`).
+GRADER_NAMES = {
+  'ada': 'ada_jax.verifier',
+  'math_verify': 'Math-Verify (last box)',
+  'math_verify_response': 'Math-Verify',
+  'qwen': 'Qwen2.5-Math-style',
+}
+
+
+def grader_for(name: str, mode: str) -> str:
+  """The grader (`verify_batch` backend) of set `name` under `--graders mode`.
+
+  `reference`: Qwen2.5-Math-style for minerva_math, Math-Verify on the
+  whole response for every other set (as the reference's evaluation).
+  """
+  if mode not in GRADER_MODES:
+    raise ValueError(f'--graders: {mode!r} is not one of {GRADER_MODES}')
+  if mode == 'ada':
+    return 'ada'
+  short = name.partition(':')[0].removeprefix('ada_math_local/')
+  return 'qwen' if short == 'minerva_math' else 'math_verify_response'
 
 
 def pass_at_k(num_samples: int, num_correct: np.ndarray, k: int) -> np.ndarray:
@@ -124,26 +150,27 @@ def markdown(report: Mapping[str, Any]) -> str:
   """The results as a markdown table (percent)."""
   k = report['k']
   budgets = list(report['weighted']['pass_at']) or [str(j) for j in pass_budgets(k)]
-  head = ['set', 'problems', f'Ave@{k}', *[f'pass@{j}' for j in budgets]]
+  head = ['set', 'grader', 'problems', f'Ave@{k}', *[f'pass@{j}' for j in budgets]]
   lines = [
     f'Checkpoint `{report["checkpoint"]}` (step {report["step"]}), k={k}, '
-    f'temperature {report["temperature"]}, {report["max_new_tokens"]} new tokens.',
+    f'temperature {report["temperature"]}, {report["max_new_tokens"]} new tokens, '
+    f'graders: {report.get("graders", "ada")}.',
     '',
     '| ' + ' | '.join(head) + ' |',
     '|' + '---|' * len(head),
   ]
 
-  def row(name, problems, r):
+  def row(name, grader, problems, r):
     vals = [r['ave_at_k'], *[r['pass_at'].get(j, float('nan')) for j in budgets]]
-    return (
-      f'| {name} | {problems} | ' + ' | '.join(f'{100 * v:.1f}' for v in vals) + ' |'
-    )
+    cells = ' | '.join(f'{100 * v:.1f}' for v in vals)
+    return f'| {name} | {grader} | {problems} | {cells} |'
 
   for name, r in report['datasets'].items():
-    lines.append(row(name, r['problems'], r))
+    grader = GRADER_NAMES.get(r.get('grader', 'ada'), r.get('grader', 'ada'))
+    lines.append(row(name, grader, r['problems'], r))
   w = report['weighted']
   total = sum(r['problems'] for r in report['datasets'].values())
-  lines.append(row('weighted avg', total, w))
+  lines.append(row('weighted avg', '', total, w))
   return '\n'.join(lines) + '\n'
 
 
@@ -175,6 +202,7 @@ def evaluate(
   slots: int | None = None,
   seed: int = 42,
   verify_fn=None,
+  graders: str = 'ada',
 ) -> dict[str, Any]:
   """Samples and scores every set; writes OUT/eval.json and OUT/eval.md.
 
@@ -188,7 +216,9 @@ def evaluate(
     temperature: 1.0 for Ave@k; 0 for greedy (then use k=1).
     slots: prompts per sampler chunk; default `rl.slots`.
     seed: PRNG seed of the samples (the reference: 42).
-    verify_fn: replaces `verifier.verify_batch` (tests).
+    verify_fn: replaces `verifier.verify_batch` (tests); called with
+      `backend=` for any grader but ours.
+    graders: `ada` (ours everywhere) or `reference` (`grader_for`).
 
   Returns:
     The report written to eval.json.
@@ -199,8 +229,12 @@ def evaluate(
   from ada_jax import data, from_config
   from ada_jax.infra import run_dir
   from ada_jax.rl import scoring
+  from ada_jax.verifier import backends
 
   sets = [dataset_split(name) for name in datasets]
+  set_graders = [grader_for(name, graders) for name in datasets]
+  for grader in set(set_graders):  # A missing extra fails before any work.
+    backends.check(grader)
   if out_dir != os.path.join(checkpoint, 'eval'):
     run_dir.refuse_run_dir(out_dir, '--out')
   policy = from_config.policy(c, checkpoint)
@@ -218,7 +252,9 @@ def evaluate(
       bucket,
     )
     max_new_tokens = limit
-  scorer = from_config.scorer(c, tok, verify_fn)
+  scorers = {
+    g: from_config.scorer(c, tok, verify_fn, backend=g) for g in set(set_graders)
+  }
   results, dropped = {}, {}
   for i, (name, split) in enumerate(sets):  # Keyed by the name as given.
     ex = data.load_examples(
@@ -241,7 +277,7 @@ def evaluate(
       )
     correct, _ = scoring.score_examples(
       model,
-      scorer,
+      scorers[set_graders[i]],
       ex,
       prompt_bucket=bucket,
       slots=slots or c.rl.slots,
@@ -255,7 +291,12 @@ def evaluate(
       progress=name,
     )
     key = datasets[i].removeprefix('ada_math_local/')
-    results[key] = {**score_set(correct), 'split': split, 'dropped': dropped[name]}
+    results[key] = {
+      **score_set(correct),
+      'split': split,
+      'dropped': dropped[name],
+      'grader': set_graders[i],
+    }
   report = {
     'checkpoint': checkpoint,
     'step': step,
@@ -263,6 +304,7 @@ def evaluate(
     'temperature': temperature,
     'max_new_tokens': max_new_tokens,
     'seed': seed,
+    'graders': graders,
     'datasets': results,
     'weighted': weighted(results),
   }
@@ -287,6 +329,13 @@ def parser() -> argparse.ArgumentParser:
   p.add_argument('--temperature', type=float, default=1.0)
   p.add_argument('--slots', type=int, default=None, help='default: rl.slots')
   p.add_argument('--seed', type=int, default=42)
+  p.add_argument(
+    '--graders',
+    choices=GRADER_MODES,
+    default='ada',
+    help="ada: ours on every set; reference: Math-Verify, and Qwen2.5-Math's for "
+    'minerva_math',
+  )
   return p
 
 
@@ -317,8 +366,9 @@ def main(argv: Sequence[str] | None = None) -> None:
       temperature=args.temperature,
       slots=args.slots,
       seed=args.seed,
+      graders=args.graders,
     )
-  except (FileNotFoundError, ValueError, run_dir.WorkdirError) as e:
+  except (FileNotFoundError, ImportError, ValueError, run_dir.WorkdirError) as e:
     sys.exit(f'error: {e}')
 
 

@@ -119,10 +119,29 @@ def _argv(run, checkpoint, out, *extra):
   ]
 
 
+def test_graders_per_set():
+  names = ['math500', 'minerva_math', 'ada_math_local/minerva_math:test[:5]']
+  names += ['olympiadbench', 'aime_like', 'custom']
+  assert [evaluate.grader_for(n, 'ada') for n in names] == ['ada'] * 6
+  assert [evaluate.grader_for(n, 'reference') for n in names] == [
+    'math_verify_response',
+    'qwen',
+    'qwen',
+    'math_verify_response',
+    'math_verify_response',
+    'math_verify_response',
+  ]
+  with pytest.raises(ValueError, match='--graders'):
+    evaluate.grader_for('math500', 'qwen')
+
+
 def test_evaluate_workdir_writes_json_and_markdown(run, caplog):
+  # The reference's graders: Math-Verify on both sets (neither is Minerva).
   out = run['root'] / 'out_workdir'
-  evaluate.main(_argv(run, run['workdir'], out))
+  evaluate.main(_argv(run, run['workdir'], out, '--graders', 'reference'))
   report = json.loads((out / 'eval.json').read_text())
+  assert report['graders'] == 'reference'
+  assert {r['grader'] for r in report['datasets'].values()} == {'math_verify_response'}
   assert {'checkpoint', 'step', 'k', 'temperature', 'max_new_tokens'} <= set(report)
   assert report['k'] == 3 and report['temperature'] == 1.0
   assert report['max_new_tokens'] == 8
@@ -134,14 +153,18 @@ def test_evaluate_workdir_writes_json_and_markdown(run, caplog):
   assert 0.0 <= custom['ave_at_k'] <= custom['pass_at']['3'] <= 1.0
   assert report['weighted']['weights'] == {'custom': 5, 'custom:train[:3]': 3}
   md = (out / 'eval.md').read_text()
-  assert '| set | problems | Ave@3 | pass@1 | pass@2 | pass@3 |' in md
-  assert '| custom | 5 |' in md and '| weighted avg | 8 |' in md
+  assert '| set | grader | problems | Ave@3 | pass@1 | pass@2 | pass@3 |' in md
+  assert '| custom | Math-Verify | 5 |' in md and '| weighted avg |  | 8 |' in md
+  assert 'graders: reference' in md
 
 
 def test_evaluate_caps_new_tokens_and_matches_hf_export(run, caplog):
   c = from_config.load(str(ROOT / 'configs' / 'tiny_arith.py'), run['overrides'])
 
+  backends = []
+
   def even_length(responses, references, **kw):  # An oracle of the texts.
+    backends.append(kw.get('backend', 'ada'))
     return np.array([len(r) % 2 == 0 for r in responses])
 
   kw = dict(k=2, slots=8, temperature=0.0, verify_fn=even_length)
@@ -155,6 +178,7 @@ def test_evaluate_caps_new_tokens_and_matches_hf_export(run, caplog):
   b = evaluate.evaluate(c, run['hf'], ['custom'], out_dir=str(run['root'] / 'b'), **kw)
   assert b['step'] == 0
   assert b['datasets']['custom'] == a['datasets']['custom']
+  assert set(backends) == {'ada'} and a['datasets']['custom']['grader'] == 'ada'
 
 
 def test_evaluate_without_checkpoint_fails(tmp_path, run):
