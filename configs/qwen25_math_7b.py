@@ -13,7 +13,7 @@ coefficient 0 (paper: 1e-4; `--config.rl.entropy_coef=1e-4`) and 400 steps
 presets live in configs/common.py.
 
 Memory by the plan (ada_jax.plan; peak per chip, the Ada-balance step):
-v5p-64 32.0 GiB and v6e-64 22.3 GiB fit; v4-32 does NOT fit (56.9 GiB > 32);
+v5p-64 32.0 GiB and v6e-64 24.4 GiB fit; v4-32 does NOT fit (56.9 GiB > 32);
 the plan names 4 slot waves per round (not implemented) or the step
 quartered (`--config.rl.prompts_per_step=128 --config.rl.slots=1024
 --config.rl.mini_batch_rows=128`).

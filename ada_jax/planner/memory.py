@@ -225,17 +225,39 @@ def param_bytes_per_device(
   return sum(b for _, b in _param_bytes_by_name(config, mesh, rules))
 
 
-# Fitted to XLA's buffer assignment (see the module doc and
-# benchmarks/plan_calibration.py).
-# Gradients: the accumulator, one micro-batch's gradients and the optimizer
-# step's temporaries, in units of the training params.
-GRADS = 2.0
-# remat='block': bytes per [T, D] element (in units of a) each layer keeps.
-BLOCK_KEPT = 2.0
-# remat='block': layers of gathered weights alive at once (forward, backward).
-WEIGHTS_GATHERED_BLOCK = 2.0
-# Copies of the KV cache the round keeps with one KV head per device.
-KV_ONE_HEAD_COPIES = 1.6
+# Bytes per element (or multipliers) fitted to XLA's buffer assignment of the
+# compiled programs: benchmarks/plan_calibration.py prints the matrix (and
+# --fit refits these on its saved figures).
+FIT: dict[str, float] = {
+  # Gradients: the accumulator, one micro-batch's gradients and the
+  # optimizer step's temporaries, in units of the training params.
+  'grads': 2.0,
+  # remat='block': bytes per [T, D] element (in units of a) each layer keeps.
+  'block_kept': 2.0,
+  # remat='block': layers of gathered weights alive at once.
+  'weights_block': 2.0,
+  # Copies of the KV cache the round keeps with one KV head per device.
+  'kv_one_head': 1.8,
+  # Dense attention: bytes per [h, T, T] element each layer keeps (remat
+  # none), and the one recomputed layer's (remat block).
+  'dense_kept': 5.7,
+  'dense_block': 8.4,
+  # Blockwise attention (chunked, splash): the share of the linear
+  # activations a layer keeps (remat none; the recomputed layer with remat
+  # block), bytes per [h, tq, tk] element kept per layer
+  # and held by the one layer in its backward.
+  'flash_linear': 0.56,
+  'flash_block_linear': 0.5,
+  'flash_blocks': 8.4,
+  'flash_transient': 9.5,
+  # Old-logp (forward only): the share of one layer's linear activations,
+  # bytes per score element of one layer, and per
+  # [T, h, K] element each unrolled blockwise layer keeps.
+  'logp_linear': 0.56,
+  'logp_dense': 8.4,
+  'logp_flash': 5.0,
+  'logp_flash_layer': 3.8,
+}
 
 
 def _split(dim: int, ways: int) -> int:
@@ -295,14 +317,17 @@ def _layer_bytes(
   kept += 4 * a * t * c.hidden_size
   if impl == 'dense':
     if c.remat == 'block':  # One layer at a time: probabilities and their grad.
-      return kept + 4 * h * t * t, 4 * h * t * t
-    return kept + 7 * h * t * t, 7 * h * t * t
-  # The flash residuals and gradients per query head (q, k and v repeated to
-  # the H heads, the output, its cotangent).
-  kept += 12 * a * t * h * c.head_dim
+      return int(kept + FIT['dense_block'] * h * t * t), 0
+    scores = FIT['dense_kept'] * h * t * t
+    return int(kept + scores), int(scores)
+  # Blockwise: per layer, XLA keeps a share of the linear activations and
+  # ~`flash_blocks` bytes per [h, tq, tk] block element; the flash backward
+  # holds a few fp32 blocks for one layer at a time.
   tq, _ = attention_lib.block_size(t, attention_lib.BLOCK_Q)
   tk, _ = attention_lib.block_size(t, attention_lib.BLOCK_K)
-  return kept, 4 * 4 * h * tq * tk
+  share = FIT['flash_block_linear' if c.remat == 'block' else 'flash_linear']
+  kept = share * kept + FIT['flash_blocks'] * h * tq * tk
+  return int(kept), int(FIT['flash_transient'] * h * tq * tk)
 
 
 def _logits_bytes(c: model_lib.ModelConfig, n: int, chunk: int, tensor: int) -> int:
@@ -373,7 +398,7 @@ def plan(
     s_dev = _rows(slots, dp)
     # With one KV head per device XLA keeps a second copy of much of the
     # cache through the loop (measured on XLA:CPU).
-    copies = KV_ONE_HEAD_COPIES if g_dev == 1 else 1.0
+    copies = FIT['kv_one_head'] if g_dev == 1 else 1.0
     kv = copies * s_dev * tt * kv_layer
     # The slot gather all-gathers the row-split prompt cache over the data
     # axes: all B prompts' K and V on every device, every layer's before the
@@ -401,33 +426,37 @@ def plan(
     # The scan keeps one block input [b, T, D] per layer (and its carry),
     # recomputes one block at a time; the layers' params are stacked for the
     # scan and so are their gradients (1x the layers' bytes each).
-    act = b_dev * (c.num_layers * BLOCK_KEPT * a * t * c.hidden_size + kept + transient)
-    weights = 2 * layers_train + WEIGHTS_GATHERED_BLOCK * layer_g + embed_g
+    act = b_dev * (
+      c.num_layers * FIT['block_kept'] * a * t * c.hidden_size + kept + transient
+    )
+    weights = 2 * layers_train + FIT['weights_block'] * layer_g + embed_g
   else:
     act = b_dev * (c.num_layers * kept + transient)
     weights = c.num_layers * layer_g + embed_g
   act += b_dev * logits
-  grads = int(GRADS * train)
+  grads = int(FIT['grads'] * train)
   # Forward only (old-logp): one layer's forward at a time, blockwise or
   # dense scores, one chunk of logits.
   h = _split(c.num_heads, tensor)
   f = _split(c.intermediate_size, tensor)
   g = _split(c.num_kv_heads, tensor)
-  fwd = 2 * a * t * (f + (h + 2 * g) * c.head_dim + c.hidden_size)
+  fwd = FIT['logp_linear'] * 2 * a * t * (f + (h + 2 * g) * c.head_dim + c.hidden_size)
   if impl == 'dense':
-    fwd += 7 * h * t * t
+    fwd += FIT['logp_dense'] * h * t * t
   else:
     tq, _ = attention_lib.block_size(t, attention_lib.BLOCK_Q)
     tk, _ = attention_lib.block_size(t, attention_lib.BLOCK_K)
-    fwd += 4 * h * tq * tk
+    fwd += FIT['logp_flash'] * h * tq * tk
   fwd += 8 * min(s.logit_chunk, n) * v_dev + 8 * n
   if c.remat == 'block':
-    logp_weights = layers_train + WEIGHTS_GATHERED_BLOCK * layer_g + embed_g
+    logp_weights = layers_train + FIT['weights_block'] * layer_g + embed_g
   else:
     logp_weights = c.num_layers * layer_g + embed_g
     if impl != 'dense':  # Unrolled flash forwards keep their fp32 outputs.
-      logp_weights += c.num_layers * b_dev * 4 * t * h * c.head_dim
-  logp_tmp = b_dev * fwd + logp_weights
+      logp_weights += int(
+        FIT['logp_flash_layer'] * c.num_layers * b_dev * t * h * c.head_dim
+      )
+  logp_tmp = int(b_dev * fwd + logp_weights)
   logp_out = 2 * batch_f32
 
   # --- Evaluation-like rounds: S prompts prefilled per chunk, S slots.
