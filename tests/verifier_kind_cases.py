@@ -28,6 +28,10 @@ KIND_CASES: list[tuple[str, str, str, bool]] = [
   ('multi_box', b('3, 7'), '\\boxed{3}, \\boxed{7}', True),
   ('multi_box', '\\boxed{x=5} ; \\boxed{y=-2}', '(5, -2)', True),
   ('multi_box', '\\boxed{8}, \\boxed{8}', '8', True),
+  ('multi_box', '$\\boxed{\\frac{1}{2}}$ or $\\boxed{0.5}$', '\\frac12', True),
+  ('multi_box', '$\\boxed{\\frac{1}{2}}$ or $\\boxed{0.6}$', '\\frac12', False),
+  ('multi_box', '\\boxed{1}, \\boxed{2}, and \\boxed{3}', '3, 2, 1', True),
+  ('multi_box', '\\boxed{1}, \\boxed{2}, and \\boxed{3}', '1, 2', False),
   # double_backslash: JSON-escaped LaTeX.
   ('double_backslash', b('\\\\frac{1}{2}'), '\\frac12', True),
   ('double_backslash', b('\\\\frac{1}{3}'), '\\frac12', False),
@@ -67,6 +71,11 @@ KIND_CASES: list[tuple[str, str, str, bool]] = [
   ('labelled', b('2xy = 6'), '6', False),
   ('labelled', b('y = 2+2+1 = 4 = 9'), '9', False),
   ('labelled', b('y = 2+2+1 = 5'), '5', True),
+  ('labelled', b('\\angle PQR = 40^\\circ'), '40', True),
+  ('labelled', b('\\angle PQR = 40^\\circ'), '50', False),
+  ('labelled', b('\\text{Area} = 18'), '18', True),
+  ('labelled', b('\\text{Area} = 18'), '81', False),
+  ('labelled', b('XYZ = 31'), '30', False),
   # relation: != and \neq, flipped inequalities, double inequality vs interval.
   ('relation', b('t \\neq 5'), 't \\ne 5', True),
   ('relation', b('t != 5'), 't \\neq 5', True),
@@ -84,6 +93,10 @@ KIND_CASES: list[tuple[str, str, str, bool]] = [
   ('relation', b('w \\geq 1'), '(1, \\infty)', False),
   ('relation', b('2w + 1 > 3'), '(1, \\infty)', False),
   ('relation', b('8 > w \\ge -3'), '[-3, 8)', True),
+  ('relation', b('t < -2 \\text{ or } t > 5'), '(-\\infty,-2)\\cup(5,\\infty)', True),
+  ('relation', b('t < -2 \\text{ or } t > 6'), '(-\\infty,-2)\\cup(5,\\infty)', False),
+  ('relation', b('t < -2, t \\geq 5'), '(-\\infty,-2)\\cup[5,\\infty)', True),
+  ('relation', b('t < -2, t > 5'), '(-\\infty,-2)\\cup[5,\\infty)', False),
   # approx: an exact value followed by its approximation.
   ('approx', b('\\frac{\\sqrt{3}}{2} \\approx 0.866'), '\\frac{\\sqrt3}{2}', True),
   ('approx', b('\\frac{\\sqrt{3}}{2} \\approx 0.866'), '\\frac{\\sqrt2}{2}', False),
@@ -183,6 +196,18 @@ KIND_CASES: list[tuple[str, str, str, bool]] = [
     True,
   ),
   ('matrix_arith', b('2\\begin{pmatrix} 1 \\\\ 2 \\end{pmatrix}'), '(2, 4)', False),
+  (
+    'matrix_arith',
+    b('\\begin{pmatrix} 1 & 2 \\end{pmatrix}^T'),
+    '\\begin{pmatrix}1\\\\2\\end{pmatrix}',
+    True,
+  ),
+  (
+    'matrix_arith',
+    b('\\begin{pmatrix} 1 & 2 \\end{pmatrix}^T'),
+    '\\begin{pmatrix}1&2\\end{pmatrix}',
+    False,
+  ),
   # set_duplicate: a set that lists an element twice.
   ('set_duplicate', b('\\{3, 5, 3\\}'), '\\{3, 5\\}', True),
   ('set_duplicate', b('\\{3, 5\\}'), '\\{5, 3, 5\\}', True),

@@ -171,9 +171,9 @@ def has_matrix(node: nodes.Node) -> bool:
 def evaluate_matrix(node: nodes.Node) -> sympy.Expr | sympy.ImmutableMatrix:
   """Evaluates matrix arithmetic: sums, scalar and matrix products, powers.
 
-  Division only by a scalar; powers only of a rational square matrix of at
-  most 4 rows by an integer literal 1..20. A shape mismatch (or any other
-  operation on a matrix) is a ParseError.
+  Division only by a scalar; ``^T`` transposes; other powers only of a
+  rational square matrix of at most 4 rows by an integer literal 1..20. A
+  shape mismatch (or any other operation on a matrix) is a ParseError.
   """
   kind = node[0]
   if not has_matrix(node):
@@ -207,6 +207,11 @@ def evaluate_matrix(node: nodes.Node) -> sympy.Expr | sympy.ImmutableMatrix:
       return evaluate_matrix(node[1]) / den
     if kind == 'pow':
       exponent = node[2]
+      if exponent == ('sym', 'T'):  # M^T, M^{T}: the transpose
+        base = evaluate_matrix(node[1])
+        if not isinstance(base, sympy.MatrixBase):
+          raise nodes.ParseError('transpose of a scalar')
+        return base.T
       if exponent[0] != 'num' or not 1 <= int(exponent[1]) <= MAX_MATRIX_POWER:
         raise nodes.ParseError('matrix power')
       base = evaluate_matrix(node[1])

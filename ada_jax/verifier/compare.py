@@ -91,6 +91,9 @@ def equiv(p: Any, r: Any, flags: vs.Flags) -> bool:
   ):
     return _equiv_ratio(p, r, flags)
   if isinstance(r, vv.Scalar):
+    if isinstance(p, vv.Seq) and p.kind == 'list' and p.items:
+      # The same value twice (two boxes, 1/2 or 0.5) is that value.
+      return all(equiv(i, r, flags) for i in p.items)
     return isinstance(p, vv.Scalar) and vs.scalar_equiv(p, r, flags)
   if isinstance(r, vv.Matrix):
     return (
@@ -109,11 +112,26 @@ def equiv(p: Any, r: Any, flags: vs.Flags) -> bool:
     and (r.brackets != '()' or isinstance(p, vv.Intervals))
   )
   if isinstance(r, vv.Intervals) or interval_ref:
-    pi, ri = vv.as_intervals(p), vv.as_intervals(r)
+    pi, ri = vv.as_intervals(p) or _inequality_union(p), vv.as_intervals(r)
     return pi is not None and ri is not None and _intervals_equal(pi, ri, flags)
   if isinstance(r, vv.Seq):
     return _equiv_seq(p, r, flags)
   return False
+
+
+def _inequality_union(p: Any) -> vv.Intervals | None:
+  """``x < -1 or x > 3`` (a list of solved inequalities) as one union."""
+  if not (isinstance(p, vv.Seq) and p.kind == 'list' and p.items):
+    return None
+  parts = []
+  for item in p.items:
+    iv = (
+      vv.inequality_intervals(item, solved=True) if isinstance(item, vv.Rel) else None
+    )
+    if iv is None:
+      return None
+    parts.extend(iv.parts)
+  return vv.Intervals(parts)
 
 
 def _equiv_rel(p: Any, r: vv.Rel, flags: vs.Flags) -> bool:

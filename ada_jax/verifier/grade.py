@@ -23,7 +23,9 @@ Extraction
     is ``-1, 4``, ``a=\\boxed{3}, b=\\boxed{1}`` is ``3, 1``, and a hedge
     ``\\boxed{2} or \\boxed{3}`` is ``2, 3`` (so it never matches ``2`` or ``3``
     alone). Any other words between boxes (a correction) leave the last box
-    alone; identical boxes count once. References are read the same way.
+    alone; identical boxes count once, and boxes that all equal a single
+    reference value (``\\boxed{\\frac12}`` or ``\\boxed{0.5}``) match it.
+    References are read the same way.
   * No last-number / "the answer is" fallback in the reward; ``verify(...,
     allow_answer_is=True)`` enables "answer is X" for evaluation only.
   * The reference is authoritative but normalised by the same code; it may come
@@ -34,12 +36,13 @@ Normalisation (both sides)
   * Doubled backslashes (JSON-escaped LaTeX, ``\\\\frac{1}{2}``) are halved
     when every backslash run has even length and one starts a command.
   * Dropped: ``$``, ``\\(\\)``, ``\\[\\]``, ``\\left``/``\\right``, spacing
-    commands, ``\\displaystyle``, ``\\limits``, outer braces and boxes (inner ``\\boxed{X}``
-    becomes X), a trailing period, ``\\$``, a leading "the answer is", a
-    function prefix ``f(x) =``. ``\\text``/``\\mathrm``/``\\mathbf``... are
-    unwrapped. Two answers whose normalised strings are equal up to spaces
-    are equivalent (checked first); a space between two digits counts
-    (``12 40`` is not ``1240``).
+    commands, ``\\displaystyle``, ``\\limits``, outer braces and boxes (inner
+    ``\\boxed{X}`` becomes X), a trailing period, ``\\$``, a leading "the
+    answer is", a function prefix ``f(x) =``, ``\\angle``, and a leading label
+    in words (``\\text{Area} = 12``) or a name of 3-4 capitals (``ABC = 30``).
+    ``\\text``/``\\mathrm``/``\\mathbf``... are unwrapped. Two answers whose
+    normalised strings are equal up to spaces are equivalent (checked first);
+    a space between two digits counts (``12 40`` is not ``1240``).
   * Thousands separators only as ``1,000`` (whole answer), ``1{,}000``,
     ``1,\\!000``, a LaTeX space before exactly three digits with optional
     spaces around it (``12\\,400``, ``12 \\, 400``, ``1\\ 234\\ 567``,
@@ -115,6 +118,8 @@ Expressions, equations, structures
     Against a reference interval only a solved inequality (the bare symbol,
     ``x < 3``, ``-3 \\le w < 8``, ``8 > w \\ge -3``) matches: a model is not
     paid for copying the question's unsolved inequality (``2x+1 < 7``).
+    Solved inequalities joined by "or" or commas are a union
+    (``x < -1 or x > 3``).
   * Sets (``\\{...\\}``, bare comma lists, ``\\pm``, "or"/"and") are unordered.
     A written set ``\\{...\\}`` (on either side) is a set: an element listed
     twice counts once (``\\{3, 5, 3\\}`` = ``\\{3, 5\\}``). Otherwise they are
@@ -124,7 +129,8 @@ Expressions, equations, structures
     A bare list matches a tuple in order.
   * Matrices: same shape, element-wise. A vector tuple never equals a matrix.
     Unevaluated matrix arithmetic is evaluated first: sums, differences,
-    scalar multiples and quotients, matrix products (shapes must agree), and
+    scalar multiples and quotients, matrix products (shapes must agree),
+    transposes ``M^T``, and
     powers of a rational square matrix of <= 4 rows by an integer 1..20.
   * ``\\sum_{k=a}^{b} body`` (the body is the product that follows, so
     ``\\sum_{j=1}^{4} j^2 + 1`` is 31) is evaluated: numeric bounds with <= 200

@@ -5,8 +5,9 @@ count and nesting depth) before any sympy value is built or evaluated: a node
 count cap, then an upper bound on log10 of every exact numeric intermediate
 (numerators and denominators, powers, factorials, binomials, ``exp``, finite
 ``\\sum`` terms), so power towers, ``10000!`` and ``10^{-10^{10}}`` trip a
-GuardError instead of hanging the verifier. An exponent or factorial argument is itself evaluated
-only once its bound is at most 8 digits (``_small_value``).
+GuardError instead of hanging the verifier. An exponent or factorial
+argument is itself evaluated only once its bound is at most 8 digits
+(``_small_value``).
 """
 
 from __future__ import annotations
@@ -236,7 +237,8 @@ def _sum_size(node: nodes.Node, count: list[int]) -> float | None:
     in_base, in_exponent = _index_use(body, var)
     if in_base and in_exponent:
       raise nodes.GuardError('symbolic sum of a mixed body')
-    at_ten = _log_size(_substitute(body, var, ('num', '10')), count)  # type: ignore[arg-type]
+    ten = _substitute(body, var, ('num', '10'))
+    at_ten = _log_size(ten, count)  # type: ignore[arg-type]
     if at_ten is not None and at_ten > 100:
       raise nodes.GuardError('symbolic sum of a large body')
     return None

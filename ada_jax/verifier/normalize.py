@@ -214,6 +214,11 @@ _TRAILING_TEXT = re.compile(
   r'^(?P<v>.*?[\d}])\s*\\(?:text|mbox|textrm|mathrm)\s*\{\s*(?P<w>[A-Za-z][A-Za-z ./]*)\}'
   r'(?:\s*\^\s*\{?[23]\}?)?\s*$'
 )
+# A leading label in words or a polygon's name: \text{Area} = 12, ABC = 30.
+_TEXT_LABEL = re.compile(
+  r'^\s*(?:\\(?:text|mathrm)\s*\{[A-Za-z][A-Za-z ]{0,29}\}|[A-Z]{3,4})\s*=(?!=)'
+)
+_ANGLE = re.compile(r'\\(?:measured)?angle(?![a-zA-Z])')
 _REALS_WORDS = re.compile(r'^(?:all\s+)?real\s+numbers$', re.IGNORECASE)
 _ANSWER_PREFIX = re.compile(
   r'^\s*(?:the\s+)?(?:final\s+)?answer\s*(?:is)?\s*[:=]?\s*', re.IGNORECASE
@@ -344,6 +349,8 @@ def normalize(answer: str) -> Normalized:
   percent = bool(_PERCENT.search(text))
   if percent:
     text = _PERCENT.sub(' ', text)
+  text = _ANGLE.sub(' ', text)
+  text = _TEXT_LABEL.sub('', text)
   text = _TRAILING_TEXT.sub(_drop_trailing_text, text)
   for _ in range(20):
     # Spaces keep a unit apart from its number (5\\mathrm{cm} -> 5 cm).
