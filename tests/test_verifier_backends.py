@@ -1,11 +1,15 @@
 """The reference's graders behind `verify_batch(backend=...)`: Math-Verify, Qwen-style."""
 
+import pathlib
+
 import numpy as np
 import pytest
 
 from ada_jax import config_rules, from_config, select_prompts, verifier
 from ada_jax.verifier import backends, qwen
 from tests.verifier_cases import b
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 
 def test_reference_last_box_is_the_reference_extraction():
@@ -53,7 +57,7 @@ def test_missing_extra_is_one_clear_error(monkeypatch):
 
 def test_config_key_binds_the_backend_into_the_scorer():
   c = from_config.load(
-    'configs/tiny_arith.py', ['--config.verifier.backend=math_verify']
+    str(ROOT / 'configs' / 'tiny_arith.py'), ['--config.verifier.backend=math_verify']
   )
   config_rules.check_keys(c)
   seen = []
