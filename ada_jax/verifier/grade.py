@@ -100,7 +100,8 @@ Expressions, equations, structures
     assignment too: ``PQ = 3`` is ``3``. ``3y + w = 2`` or ``2xy = 6`` is an
     equation, never its right side. A list of assignments to distinct names
     (``MN = 4, ST = 11``, ``a = 3, b = 1``) is ordered: it matches a bare list
-    or a tuple in order (a list ``x = 2, x = 3`` of one name stays a set).
+    or a tuple in order (``x = 2, x = 3`` or ``x_1 = 2, x_2 = 3``, one name,
+    stays a set).
   * Ratios ``a : b`` match proportional ratios (``4:14`` = ``2:7``) and a
     two-part ratio matches its quotient (``2:7`` = ``\\frac27``).
   * Approximation: ``E \\approx d`` (E exact, d a decimal) answers with E,
@@ -112,7 +113,8 @@ Expressions, equations, structures
   * Equations match if ``lhs - rhs`` of both are proportional (nonzero
     constant ratio at every probe point): ``y=2x+1`` = ``2x-y+1=0``.
   * Inequalities in one variable become intervals, as does ``x \\ne a`` (and
-    ``!=``): ``(-\\infty, a) \\cup (a, \\infty)``. Against a reference
+    ``!=``): ``(-\\infty, a) \\cup (a, \\infty)``, and ``S \\setminus \\{a, ...\\}``
+    (intervals minus finitely many real points, ``\\mathbb{R} \\setminus \\{a\\}``). Against a reference
     inequality, a prediction interval or any inequality linear in the one
     variable matches (``-y < 2`` = ``y > -2``, ``2z \\ge 6`` = ``z \\ge 3``).
     Against a reference interval only a solved inequality (the bare symbol,

@@ -105,7 +105,7 @@ def _children(node: nodes.Node) -> list[nodes.Node]:
   kind = node[0]
   if kind in ('list', 'set', 'tuple', 'union'):
     return list(node[1])
-  if kind == 'pair':
+  if kind in ('pair', 'setminus'):
     return [node[1], node[2]]
   if kind in ('rel', 'ratio'):
     return list(node[1])

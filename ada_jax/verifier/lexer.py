@@ -93,6 +93,7 @@ _CMD_OPS = {
   'pm': 'pm',
   'mp': 'mp',
   'cup': 'cup',
+  'setminus': 'setminus',
   'in': 'in',
   'lbrace': '\\{',
   'rbrace': '\\}',

@@ -9,7 +9,7 @@ AST nodes are tuples whose first element is the node kind:
 
   scalars:    num, sym, const, add, mul, frac, mixed, pow, fact, binom, abs,
               floor, ceil, root, func, sum (``('sum', var, lo, hi, body)``)
-  structures: list, set, tuple, pair, union, rel, ratio, matrix (a matrix
+  structures: list, set, tuple, pair, union, setminus, rel, ratio, matrix (a matrix
               may also stand inside add/mul/frac/pow: matrix arithmetic)
 
 ``add`` holds ``(sign, term)`` pairs where sign is one of ``+ - pm mp``; a

@@ -8,7 +8,7 @@ before anything is evaluated; ``build`` then turns a guarded AST into
 sympy objects with ``evaluate=False``.
 
 Grammar, loosest binding first: items (``,`` ``;``), relation (``= < <= > >=
-!= \\in \\approx``), ratio (``a : b``), union (``\\cup``), sum (``+ - \\pm
+!= \\in \\approx``), ratio (``a : b``), union (``\\cup``, ``\\setminus``), sum (``+ - \\pm
 \\mp``), product (``* /`` and juxtaposition, with ``2\\frac{1}{2}`` a mixed
 number), power and factorial, atoms (numbers, symbols, constants, brackets,
 ``\\{...\\}``, ``|x|``, ``\\frac``, ``\\sqrt``, ``\\binom``, floor/ceil,
@@ -92,9 +92,14 @@ class _Parser:
 
   def union(self) -> nodes.Node:
     parts = [self.add()]
-    while self.is_op('cup'):
-      self.i += 1
-      parts.append(self.add())
+    while self.is_op('cup', 'setminus'):
+      op = self.take()[1]
+      rhs = self.add()
+      if op == 'cup':
+        parts.append(rhs)
+      else:  # A \setminus B, left to right
+        left = ('union', parts) if len(parts) > 1 else parts[0]
+        parts = [('setminus', left, rhs)]
     return ('union', parts) if len(parts) > 1 else parts[0]
 
   def add(self) -> nodes.Node:

@@ -37,7 +37,7 @@ class Seq:
   """An ordered or unordered collection of values.
 
   ``kind`` is list (a bare comma list), labelled (a list of assignments to
-  distinct names, ``a = 3, b = 1``: ordered), set, tuple, pair (``(a, b)``, a
+  distinct names, ``a = 3, b = 1``: ordered; ``x_1, x_2`` are one name), set, tuple, pair (``(a, b)``, a
   tuple or an interval), ratio (``a : b``) or pm (the two branches of a
   ``\\pm``); ``brackets`` are the opening and closing brackets of a tuple or
   pair.
@@ -96,10 +96,15 @@ def to_value(node: nodes.Node) -> Any:
       )
     if len(items) > MAX_ITEMS:
       raise nodes.GuardError('too many items')
-    if kind == 'list' and len(labels) == len(node[1]) > 1 == max(
-      Counter(labels).values()
+    bases = {label.split('_')[0] for label in labels}
+    if (
+      kind == 'list'
+      and len(labels) == len(node[1]) > 1 == max(Counter(labels).values())
+      and len(bases) > 1
     ):
-      kind = 'labelled'  # a = 3, b = 1: distinct names, so the order counts
+      # a = 3, b = 1: distinct names, so the order counts; x_1 = 2, x_2 = 3
+      # (one name, numbered) lists roots, in any order.
+      kind = 'labelled'
     return Seq(kind, items)
   if kind == 'tuple':
     return Seq('tuple', [to_value(i) for i in node[1]], node[2])
@@ -114,6 +119,8 @@ def to_value(node: nodes.Node) -> Any:
         raise nodes.ParseError('union of non-intervals')
       parts.extend(intervals.parts)
     return Intervals(parts)
+  if kind == 'setminus':
+    return _set_minus(to_value(node[1]), to_value(node[2]))
   if kind == 'rel':
     return Rel([to_value(p) for p in node[1]], node[2])
   if kind == 'ratio':
@@ -140,6 +147,32 @@ def to_value(node: nodes.Node) -> Any:
       [Scalar(build.evaluate(node, 1)), Scalar(build.evaluate(node, -1))],
     )
   return Scalar(build.evaluate(node), _decimal_meta(node))
+
+
+def _set_minus(left: Any, right: Any) -> Intervals:
+  """``\\mathbb{R} \\setminus \\{2\\}``: intervals with finitely many points removed."""
+  intervals = as_intervals(left)
+  points = right.items if isinstance(right, Seq) and right.kind == 'set' else None
+  if intervals is None or points is None:
+    raise nodes.ParseError('\\setminus needs intervals minus a finite set')
+  if not all(isinstance(p, Scalar) and p.expr.is_real for p in points):
+    raise nodes.ParseError('\\setminus of a non-real point')
+  parts = list(intervals.parts)
+  for point in points:
+    x = point.expr
+    out = []
+    for lo, hi, lo_c, hi_c in parts:
+      vd.check()
+      inside = (lo < x or (lo_c and lo == x)) and (x < hi or (hi_c and hi == x))
+      if inside != sympy.true and inside is not True:
+        out.append((lo, hi, lo_c, hi_c))
+        continue
+      if lo != x:
+        out.append((lo, x, lo_c, False))
+      if hi != x:
+        out.append((x, hi, False, hi_c))
+    parts = out
+  return Intervals(parts)
 
 
 def _label_key(value: Any) -> Any:
