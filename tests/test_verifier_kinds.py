@@ -47,6 +47,8 @@ def test_hostile_sums_and_matrix_powers_score_false_quickly():
     '\\sum_{k=1}^{n} \\frac{k^{20}}{k^3+k+1}',
     '\\sum_{k=1}^{\\infty} \\frac{k^{10}}{3^k}',
     '\\sum_{i=1}^{9}\\sum_{j=1}^{9} ij',
+    '\\sum_{k=1}^{n} \\frac{1}{(4k+9)(4k-9)}',
+    '\\sum_{k=1}^{\\infty} \\frac{1}{k(k+1)(k+2)}',
     '\\begin{pmatrix}x&1\\\\1&x\\end{pmatrix}^{20}',
     '\\begin{pmatrix}1&1\\\\1&0\\end{pmatrix}^{1000}',
     '(x+1)^{1000} < 5',

@@ -236,4 +236,7 @@ KIND_CASES: list[tuple[str, str, str, bool]] = [
   ('sum', b('\\sum_{m=0}^{\\infty} \\frac{1}{3^m}'), '3', False),
   ('sum', b('\\sum\\limits_{k=1}^{3} \\frac{1}{k}'), '\\frac{11}{6}', True),
   ('sum', b('\\sum_{k=1}^{10^{9}} k^{k}'), '1', False),
+  ('sum', b('\\sum_{k=1}^{n} \\frac{1}{k(k+1)}'), '\\frac{n}{n+1}', True),
+  ('sum', b('\\sum_{k=1}^{n} \\frac{1}{k(k+1)}'), '\\frac{1}{n+1}', False),
+  ('sum', b('\\sum_{k=1}^{\\infty} \\frac{1}{k^2}'), '\\frac{\\pi^2}{6}', True),
 ]

@@ -137,8 +137,9 @@ Expressions, equations, structures
   * ``\\sum_{k=a}^{b} body`` (the body is the product that follows, so
     ``\\sum_{j=1}^{4} j^2 + 1`` is 31) is evaluated: numeric bounds with <= 200
     terms; symbolic or infinite bounds only for a polynomial body (powers of
-    the index <= 10, never divided by it) or a geometric one (the index only
-    in exponents). A sum sympy leaves without a closed form -> False.
+    the index <= 10, never divided by it), a geometric one (the index only
+    in exponents) or a telescoping or zeta fraction: ``c / ((a k + b)(a k +
+    d))`` (a <= 4 dividing d - b, |b|, |d| <= 10) or ``c / k^p`` (p <= 4). A sum sympy leaves without a closed form -> False.
   * Multiple choice: a reference letter A-E (``C``, ``(C)``, ``\\text{(C)}``,
     ``(C) 12``) matches the prediction's leading option letter,
     case-insensitively (``\\textbf{(C)} 12`` = ``C``); the option text after

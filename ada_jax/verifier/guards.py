@@ -167,6 +167,65 @@ def _has_kind(node: object, kind: str) -> bool:
   return False
 
 
+def _linear_coefficient(node: nodes.Node, var: str) -> tuple[int, int] | None:
+  """(a, c) of ``a k + c`` (a <= 4, |c| <= 10 integers, ``k`` the index)."""
+  index = ('sym', var)
+
+  def small(term: nodes.Node, limit: int) -> bool:
+    return term[0] == 'num' and term[1].isdigit() and int(term[1]) <= limit
+
+  def coefficient(term: nodes.Node) -> int | None:
+    if term == index:
+      return 1
+    if (
+      term[0] == 'mul'
+      and len(term[1]) == 2
+      and term[1][0][0] == term[1][1][0] == '*'
+      and small(term[1][0][1], 4)
+      and term[1][1][1] == index
+    ):
+      return int(term[1][0][1][1])
+    return None
+
+  if coefficient(node) is not None:
+    return coefficient(node), 0
+  if node[0] != 'add' or len(node[1]) != 2:
+    return None
+  (s1, t1), (s2, t2) = node[1]
+  if s1 != '+' or s2 not in ('+', '-'):
+    return None
+  if small(t2, 10) and coefficient(t1) is not None:
+    return coefficient(t1), int(t2[1]) * (1 if s2 == '+' else -1)
+  return None
+
+
+def _telescoping(body: nodes.Node, var: str) -> bool:
+  """A body ``c / k^p`` (p <= 4) or ``c / ((a k + b)(a k + d))``, a | d - b.
+
+  Sympy sums these fast (zeta values, telescoping); anything else with the
+  index in a denominator is refused by ``_index_use``.
+  """
+  index = ('sym', var)
+  if body[0] != 'frac' or _has_kind_node(body[1], index):
+    return False
+  den = body[2]
+  if den[0] == 'pow':
+    exponent = den[2]
+    return (
+      den[1] == index
+      and exponent[0] == 'num'
+      and exponent[1].isdigit()
+      and 1 <= int(exponent[1]) <= 4
+    )
+  if den[0] == 'mul' and len(den[1]) == 2 and all(op == '*' for op, _ in den[1]):
+    f, g = (_linear_coefficient(x, var) for _, x in den[1])
+    # Telescoping: the same coefficient, offsets a multiple of it apart.
+    return (
+      f is not None and g is not None and f[0] == g[0] and (f[1] - g[1]) % f[0] == 0
+    )
+  return False
+
+
 def _index_use(node: nodes.Node, var: str) -> tuple[bool, bool]:
   """(index in a base or a plain term, index in an exponent) of a sum's body.
 
@@ -219,7 +278,8 @@ def _sum_size(node: nodes.Node, count: list[int]) -> float | None:
 
   The body is sized with the index replaced by the bound of largest
   magnitude. Symbolic or infinite bounds (``\\sum_{k=1}^{n}``) take only a
-  polynomial or geometric body (``_index_use``); no nested sums.
+  polynomial or geometric body (``_index_use``) or a telescoping fraction
+  (``_telescoping``); no nested sums.
   """
   _, var, lower, upper, body = node
   lo, hi = _log_size(lower, count), _log_size(upper, count)
@@ -234,6 +294,8 @@ def _sum_size(node: nodes.Node, count: list[int]) -> float | None:
     # exponents), and a small body (<= 100 digits at index 10).
     if any(_has_kind(body, k) for k in _SYMBOLIC_SUM_BANNED):
       raise nodes.GuardError('symbolic sum of a hard body')
+    if _telescoping(body, var):
+      return None
     in_base, in_exponent = _index_use(body, var)
     if in_base and in_exponent:
       raise nodes.GuardError('symbolic sum of a mixed body')
