@@ -99,6 +99,7 @@ def test_select_prompts_filters_with_the_chosen_backend():
     ('The answer is 1.0002e3.\nDone.', '1000', False),
     ('we get 3 and then 17', '17', True),
     ('we get 17 and then 3', '17', False),
+    ('in all 1,250 apples', '1250', True),
     ('\\boxed{25}', '0.25', True),  # Qwen's percentage rule (r * 100)
     ('\\boxed{x^2+1}', '1+x^2', True),  # symbolic: our policy
     ('\\boxed{x^2+1.0001}', 'x^2+1', False),  # no tolerance for expressions

@@ -8,7 +8,8 @@ sympify of model text):
     "$. I hope" (Minerva's prompt format); else the last ``boxed`` (its
     braces, or up to the next ``$`` when no brace follows); else the text
     after the last "he answer is" or "final answer is" (up to the end of its
-    sentence); else the last number in the response.
+    sentence); else the last number in the response (commas removed first,
+    so 1,000 is 1000).
   * Equality (``equal``): equal normalised strings; two numbers match within
     a relative tolerance of 1e-4, the reference also as a percentage
     (``r``, ``r/100``, ``r*100``, as Qwen's ``math_equal`` does); anything
@@ -66,7 +67,7 @@ def extract(response: str) -> str | None:
   for marker in ('he answer is', 'final answer is'):
     if marker in response:
       return _sentence(response.rsplit(marker, 1)[1]).lstrip(':').strip() or None
-  numbers = _LAST_NUMBER.findall(response)
+  numbers = _LAST_NUMBER.findall(response.replace(',', ''))
   return numbers[-1] if numbers else None
 
 
