@@ -329,6 +329,11 @@ def paper_config(
   c.sampling.temperature = 1.0
   c.sampling.top_p = 1.0
   c.sampling.top_k = 0
+  # Stop ids: 'default' also stops on the known end-of-turn tokens in the
+  # vocabulary (a base model may end a turn on <|im_end|>); 'model' stops on
+  # the tokenizer's EOS and generation_config's eos_token_id only, as the
+  # reference's vLLM does.
+  c.sampling.stop_ids = 'default'
   # No SFT: RL starts from the released model.
   c.sft = ml_collections.ConfigDict(
     dict(steps=0, batch_size=64, lr=1e-5, warmup=0, lr_schedule='constant')

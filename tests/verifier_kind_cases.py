@@ -67,8 +67,9 @@ KIND_CASES: list[tuple[str, str, str, bool]] = [
   ('labelled', b('p = -1, q = 6'), '(6, -1)', False),
   ('labelled', b('5m + k = 4'), '4', False),
   ('labelled', b('3y+w=2'), '2', False),
-  ('labelled', b('xy = 6'), '6', True),
-  ('labelled', b('2xy = 6'), '6', False),
+  ('labelled', b('AD + BC = 6'), '6', False),
+  ('labelled', b('xy = 6'), '6', False),  # lowercase: variables, an equation
+  ('labelled', b('2PQ = 6'), '6', False),
   ('labelled', b('y = 2+2+1 = 4 = 9'), '9', False),
   ('labelled', b('y = 2+2+1 = 5'), '5', True),
   ('labelled', b('x_1 = 5, x_2 = -2'), '-2, 5', True),

@@ -95,10 +95,10 @@ Expressions, equations, structures
     ``f(x)``) matches its right side; two assignments need the same left side.
     A consistent numeric chain ``2+3=5`` or ``a=2+3=5`` matches its last part
     (``2+2=5`` and ``y = 2+2+1 = 4 = 9`` match nothing). ``x \\in S`` is ``S``.
-  * Labels: a product of symbols without a coefficient (``PQ``, ``xy``) or a
-    ratio of such names (``A_1 : A_2``) equal to a symbol-free value is an
-    assignment too: ``PQ = 3`` is ``3``. ``3y + w = 2`` or ``2xy = 6`` is an
-    equation, never its right side. A list of assignments to distinct names
+  * Labels: a product of capitals without a coefficient (``PQ``, ``A_1B``)
+    or a ratio of symbols (``A_1 : A_2``) equal to a symbol-free value is an
+    assignment too: ``PQ = 3`` is ``3``. ``3y + w = 2``, ``xy = 6`` (lowercase:
+    variables) or ``2PQ = 6`` is an equation, never its right side. A list of assignments to distinct names
     (``MN = 4, ST = 11``, ``a = 3, b = 1``) is ordered: it matches a bare list
     or a tuple in order (``x = 2, x = 3`` or ``x_1 = 2, x_2 = 3``, one name,
     stays a set).

@@ -13,6 +13,7 @@ result of matrix arithmetic). Also here: which relations are assignments
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections import Counter
 from typing import Any
 
@@ -181,12 +182,20 @@ def _label_key(value: Any) -> Any:
   return tuple(_label_key(i) for i in value.items)
 
 
+_CAPITAL = re.compile(r'[A-Z](?:_\w+)?')
+
+
 def _is_name(value: Any) -> bool:
-  """A label: a product of symbols without a coefficient (``PQ``, ``xy``)."""
+  """A label: a product of capitals without a coefficient (``PQ``, ``A_1B``).
+
+  Lowercase products (``xy``) are variables: ``xy = 6`` is an equation.
+  """
   if not isinstance(value, Scalar):
     return False
   expr = value.expr
-  return expr.is_Mul and all(isinstance(a, sympy.Symbol) for a in expr.args)
+  return expr.is_Mul and all(
+    isinstance(a, sympy.Symbol) and _CAPITAL.fullmatch(a.name) for a in expr.args
+  )
 
 
 def is_assignment(rel: Rel) -> bool:
