@@ -111,6 +111,8 @@ KIND_CASES: list[tuple[str, str, str, bool]] = [
   ('approx', b('4\\pi \\approx 12.57'), '4\\pi', True),
   ('approx', b('4\\pi \\approx 12.57'), '12.57', True),
   ('approx', b('4\\pi \\approx 12.57'), '12.6', False),
+  ('approx', b('\\frac{\\sqrt3}{2} \\approx 0.87'), '0.87', True),
+  ('approx', b('\\frac{1}{3} \\approx 0.34'), '0.34', False),
   ('approx', b('r = \\sqrt{7} \\approx 2.6458'), '\\sqrt7', True),
   ('approx', b('\\sqrt{7} \\approx 2.65'), '\\sqrt{6}', False),
   ('approx', b('e^2 \\approx 7.39'), 'e^2', True),

@@ -65,7 +65,19 @@ def equiv(p: Any, r: Any, flags: vs.Flags) -> bool:
     if split is None:
       return False
     head, tail = split
-    return (head is not None and equiv(head, r, flags)) or equiv(tail[0], r, flags)
+    if head is None:  # x \approx 3.14: the decimal is the answer
+      return equiv(tail[0], r, flags)
+    if equiv(head, r, flags):
+      return True
+    # Or the written decimal, for a decimal reference the exact head rounds
+    # to (1/3 \approx 0.34 never answers 0.34).
+    exact = head.parts[-1] if isinstance(head, vv.Rel) else head
+    return (
+      isinstance(r, vv.Scalar)
+      and r.decimal is not None
+      and vs.rounds_to(exact, r)
+      and equiv(tail[0], r, flags)
+    )
   if isinstance(r, vv.Rel):
     return _equiv_rel(p, r, flags)
   if isinstance(p, vv.Rel):

@@ -105,8 +105,9 @@ Expressions, equations, structures
   * Ratios ``a : b`` match proportional ratios (``4:14`` = ``2:7``) and a
     two-part ratio matches its quotient (``2:7`` = ``\\frac27``).
   * Approximation: ``E \\approx d`` (E exact, d a decimal) answers with E,
-    or with d, but only if every decimal after ``\\approx`` is within one unit
-    of its last digit of E (``\\frac{\\sqrt3}{2} \\approx 0.866`` is
+    or with d against a decimal reference that E rounds to (``\\frac13
+    \\approx 0.34`` never answers 0.34), but only if every decimal after
+    ``\\approx`` is within one unit of its last digit of E (``\\frac{\\sqrt3}{2} \\approx 0.866`` is
     ``\\frac{\\sqrt3}{2}``; ``\\approx 0.5`` after it matches nothing). A bare
     label before ``\\approx`` is no exact part: ``x \\approx 3.14`` is the
     decimal 3.14 under the rules above. A reference ``E \\approx d`` is E.

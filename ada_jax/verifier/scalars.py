@@ -85,6 +85,15 @@ def _decimal_close(dec: sympy.Rational, places: int, exact: sympy.Expr) -> bool:
   return bool(diff.is_number and diff < sympy.N(unit, 60))
 
 
+def rounds_to(exact: vv.Scalar, dec: vv.Scalar) -> bool:
+  """Whether ``exact`` rounded at the decimal's printed places is the decimal."""
+  if not dec.decimal or exact.expr.free_symbols or not exact.expr.is_real:
+    return False
+  places = dec.decimal[0]
+  rounded = sympy.Rational(round(sympy.N(exact.expr, 60) * 10**places), 10**places)
+  return rounded == dec.expr
+
+
 def approximates(dec: vv.Scalar, exact: vv.Scalar) -> bool:
   """Whether decimal ``dec`` is ``exact`` or within one unit of its last digit."""
   if not dec.decimal or exact.expr.free_symbols:
