@@ -99,6 +99,16 @@ class Rule:
     return self.check(value) if self.check is not None else None
 
 
+def _stop_ids_problem(value: str) -> str | None:
+  from ada_jax import tokenizer as tokenizer_lib
+
+  try:
+    tokenizer_lib.parse_stop_ids(value)
+  except ValueError:
+    return "must be 'default', 'model' or comma-separated token ids"
+  return None
+
+
 def Int(lo: int | None = None, **kw: Any) -> Rule:  # noqa: N802 (a rule maker)
   """An int rule."""
   return Rule(int, lo=lo, **kw)
@@ -211,6 +221,7 @@ def _rules() -> dict[str, Rule]:
     ),
     'sampling.top_p': Float(0.0, 1.0, lo_open=True),
     'sampling.top_k': Int(0, why='0 turns it off'),
+    'sampling.stop_ids': Rule(str, check=_stop_ids_problem),
     'sft.steps': count,
     'sft.batch_size': positive,
     'sft.lr': Float(0.0),

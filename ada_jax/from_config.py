@@ -172,7 +172,10 @@ def tokenizer(c: Any, workdir: str | None = None) -> tokenizer_lib.Tokenizer:
   from ada_jax import tokenizer as tokenizer_lib
 
   if c.model.hf_path:
-    return tokenizer_lib.load_tokenizer(c.model.tokenizer_path or c.model.hf_path)
+    return tokenizer_lib.load_tokenizer(
+      c.model.tokenizer_path or c.model.hf_path,
+      stop_ids=tokenizer_lib.parse_stop_ids(c.sampling.get('stop_ids', 'default')),
+    )
   import jax
 
   if workdir and jax.process_index() == 0 and not workdir.startswith('gs://'):
@@ -548,7 +551,10 @@ def policy(c: Any, checkpoint: str) -> Policy:
       ),
       **execution(c),
     )
-    tok = tokenizer_lib.load_tokenizer(c.model.tokenizer_path or checkpoint)
+    tok = tokenizer_lib.load_tokenizer(
+      c.model.tokenizer_path or checkpoint,
+      stop_ids=tokenizer_lib.parse_stop_ids(c.sampling.get('stop_ids', 'default')),
+    )
     return Policy(model, tok, 0, model.config.max_position_embeddings, None)
   if not (epath.Path(checkpoint) / run_dir.CHECKPOINT_DIR).exists():
     raise FileNotFoundError(

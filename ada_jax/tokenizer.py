@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import os
 from collections.abc import Sequence
 from typing import Any
@@ -169,13 +170,44 @@ def _load_hf(path: str) -> Any:
   return hf
 
 
-def load_tokenizer(path: str | os.PathLike[str]) -> Tokenizer:
+def parse_stop_ids(spec: str) -> str | tuple[int, ...]:
+  """`sampling.stop_ids`: 'default', 'model', or comma-separated token ids.
+
+  Raises:
+    ValueError: anything else (the message names the key).
+  """
+  spec = spec.strip()
+  if spec in ('default', 'model'):
+    return spec
+  try:
+    ids = tuple(int(x) for x in spec.split(','))
+  except ValueError:
+    ids = ()
+  if not ids or min(ids) < 0:
+    raise ValueError(
+      f"sampling.stop_ids: {spec!r} is not 'default', 'model' or comma-separated "
+      'token ids (e.g. "151643,151645")'
+    )
+  return ids
+
+
+def load_tokenizer(
+  path: str | os.PathLike[str], stop_ids: str | Sequence[int] = 'default'
+) -> Tokenizer:
   """Loads the tokenizer of a local HF directory.
 
   Args:
     path: directory with tokenizer.json (+ tokenizer_config.json), optionally
       generation_config.json whose `eos_token_id` (int or list) is merged into
       the EOS set.
+    stop_ids: which ids end generation (`eos_ids`). 'default': the
+      tokenizer's EOS, the generation config's `eos_token_id` and the known
+      end-of-turn tokens present in the vocabulary (`_KNOWN_END_TOKENS`), so
+      that a base model that ends a turn on <|im_end|> stops there. 'model':
+      the tokenizer's EOS and the generation config's `eos_token_id` only, as
+      the reference's vLLM sampler stops; a warning names the end-of-turn
+      tokens of the chat template left out (a base model may then run to the
+      full response budget). A list of ids: exactly those.
 
   Returns:
     The wrapped tokenizer.
@@ -194,7 +226,35 @@ def load_tokenizer(path: str | os.PathLike[str]) -> Tokenizer:
   gen_cfg = _read_json(os.path.join(path, 'generation_config.json'))
   eos.update(_as_id_list(gen_cfg.get('eos_token_id')))
   vocab = hf.get_vocab()
-  eos.update(vocab[t] for t in _KNOWN_END_TOKENS if t in vocab)
+  known = {vocab[t] for t in _KNOWN_END_TOKENS if t in vocab}
+  if stop_ids == 'default':
+    eos.update(known)
+  elif stop_ids == 'model':
+    template = hf.chat_template if isinstance(hf.chat_template, str) else ''
+    left_out = sorted(
+      t
+      for t in _KNOWN_END_TOKENS
+      if t in vocab and vocab[t] not in eos and t in template
+    )
+    if left_out:
+      logging.warning(
+        'sampling.stop_ids=model: the chat template of %s ends turns with %s, '
+        'which is not a stop id: a base model may run to the full response '
+        "budget (stop_ids='default' adds it)",
+        path,
+        ', '.join(left_out),
+      )
+  elif isinstance(stop_ids, str):
+    raise ValueError(
+      f"stop_ids: {stop_ids!r} is not 'default', 'model' or a list of token ids"
+    )
+  else:
+    eos = {int(i) for i in stop_ids}
+    bad = sorted(i for i in eos if not 0 <= i < len(hf))
+    if bad:
+      raise ValueError(
+        f'stop_ids: {bad} outside the vocabulary of {path} (0..{len(hf) - 1})'
+      )
   if not eos:
     raise ValueError(
       f'No EOS token found for the tokenizer at {path}: set eos_token in '

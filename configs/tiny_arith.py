@@ -151,6 +151,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   c.sampling.max_new_tokens = 8
   c.sampling.temperature = 1.0
   c.sampling.top_p = 1.0
+  c.sampling.stop_ids = 'default'  # Its tokenizer has one EOS either way.
   c.sampling.top_k = 0
 
   if variant == 'dapo':

@@ -74,6 +74,8 @@ def test_a_key_without_a_rule_is_an_error():
     ('sampling.top_p', 1.5, r'must be a float in (0, 1]'),
     ('sampling.top_p', -0.5, r'must be a float in (0, 1]'),
     ('sampling.top_k', -1, 'must be an int >= 0 (0 turns it off)'),
+    ('sampling.stop_ids', 'eos', "must be 'default', 'model' or comma-separated"),
+    ('sampling.stop_ids', '1,-2', "must be 'default', 'model' or comma-separated"),
     ('mesh.data', 0, 'must be an int >= 1 or -1'),
     ('rl.rule', 'ppo', "must be one of ('grpo', 'pos', 'balance', 'dapo', 'est')"),
     ('rl.clip_ratio_c', 0.5, 'must be a float > 1 or 0.0 or 0'),
@@ -141,3 +143,14 @@ def test_model_execution_keys_reach_the_model_config():
         str(ROOT / 'configs' / 'tiny_arith.py'), ['--config.model.attention=flash']
       )
     )
+
+
+@pytest.mark.parametrize('spec, want', [('default', 3), ('model', 2), ('2', 1)])
+def test_stop_ids_reach_the_tokenizer(tmp_path, spec, want):
+  from tests import test_tokenizer
+
+  test_tokenizer._qwen_base_dir(tmp_path / 'q')
+  c = _module('tiny_arith').get_config()
+  c.model.hf_path = str(tmp_path / 'q')
+  c.sampling.stop_ids = spec
+  assert len(from_config.tokenizer(c).eos_ids) == want

@@ -156,3 +156,41 @@ def test_chat_prompt_without_template_and_missing_dir(tmp_path):
   missing = tmp_path / 'nope'
   with pytest.raises(FileNotFoundError, match=str(missing)):
     tokenizer_lib.load_tokenizer(missing)
+
+
+def _qwen_base_dir(path):
+  """A Qwen-base-like dir: EOS <|endoftext|>, ChatML turns end on <|im_end|>."""
+  return _write_fake_hf_dir(
+    path,
+    specials=['<|endoftext|>', '<|im_start|>', '<|im_end|>'],
+    tokenizer_config={'eos_token': '<|endoftext|>', 'chat_template': _CHATML},
+    generation_config={'eos_token_id': 0},
+  )
+
+
+def test_stop_ids_default_model_and_list(tmp_path, caplog):
+  raw = _qwen_base_dir(tmp_path / 'q')
+  endoftext, im_end = raw.token_to_id('<|endoftext|>'), raw.token_to_id('<|im_end|>')
+  default = tokenizer_lib.load_tokenizer(tmp_path / 'q')
+  assert default.eos_ids == tuple(sorted({0, endoftext, im_end}))
+  with caplog.at_level('WARNING'):
+    model = tokenizer_lib.load_tokenizer(tmp_path / 'q', stop_ids='model')
+  # The reference's vLLM: the tokenizer's EOS and the generation config's ids.
+  assert model.eos_ids == tuple(sorted({0, endoftext}))
+  assert 'ends turns with <|im_end|>' in caplog.text
+  assert tokenizer_lib.load_tokenizer(tmp_path / 'q', stop_ids=[5, 3]).eos_ids == (3, 5)
+  with pytest.raises(ValueError, match=r'stop_ids: \[100000\] outside the vocabulary'):
+    tokenizer_lib.load_tokenizer(tmp_path / 'q', stop_ids=[100000])
+  with pytest.raises(ValueError, match="stop_ids: 'eos'"):
+    tokenizer_lib.load_tokenizer(tmp_path / 'q', stop_ids='eos')
+
+
+def test_stop_ids_model_does_not_warn_when_turns_end_on_eos(tmp_path, caplog):
+  _write_fake_hf_dir(
+    tmp_path / 'i',
+    specials=['<|endoftext|>', '<|im_start|>', '<|im_end|>'],
+    tokenizer_config={'eos_token': '<|im_end|>', 'chat_template': _CHATML},
+  )
+  with caplog.at_level('WARNING'):
+    tokenizer_lib.load_tokenizer(tmp_path / 'i', stop_ids='model')
+  assert 'stop_ids' not in caplog.text
