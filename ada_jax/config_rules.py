@@ -170,6 +170,7 @@ def _rules() -> dict[str, Rule]:
     ),
     'model.tiny.mlp': positive,
     'model.tiny.max_positions': positive,
+    'data.max_problem_tokens': Int(0, why='0 keeps every problem'),
     'data.name': Rule(str, check=_dataset_check),
     'data.train_split': Rule(str, check=lambda v: None if v else 'must not be empty'),
     'data.eval_split': STR,

@@ -347,6 +347,21 @@ def drop_long_prompts(
   return [examples[i] for i in kept], len(examples) - len(kept)
 
 
+def drop_long_problems(
+  tokenizer: tokenizer_lib.Tokenizer, examples: Sequence[Example], max_tokens: int
+) -> tuple[list[Example], int]:
+  """The examples whose problem text is at most `max_tokens` tokens, and how many not.
+
+  The reference's prompt preparation drops training problems over 700 tokens
+  (the problem text, before the chat template). Training prompts only:
+  evaluation sets are never filtered. `max_tokens` 0 keeps every example.
+  """
+  if not max_tokens:
+    return list(examples), 0
+  kept = [e for e in examples if len(tokenizer.encode(e.problem)) <= max_tokens]
+  return kept, len(examples) - len(kept)
+
+
 class PromptIterator(Iterator[list[Example]]):
   """Fixed-size prompt batches: epochs, seeded shuffle, per-host slices.
 

@@ -343,6 +343,15 @@ def _examples(c: Any, workdir: str, tok) -> tuple[list, list | None, list]:
   if c.data.get('balance_levels', False):
     train_ex = data.balance_levels(train_ex)
     sft_ex = data.balance_levels(sft_ex) if sft_ex is not None else None
+  max_problem = c.data.get('max_problem_tokens', 0)
+  train_ex, too_long = data.drop_long_problems(tok, train_ex, max_problem)
+  if too_long:
+    logging.warning(
+      'data: dropped %d train problems longer than data.max_problem_tokens=%d '
+      '(evaluation sets are not filtered)',
+      too_long,
+      max_problem,
+    )
   train_ex, dropped = data.drop_long_prompts(tok, train_ex, c.data.prompt_bucket)
   eval_ex, dropped_eval = data.drop_long_prompts(tok, eval_ex, c.data.prompt_bucket)
   if dropped or dropped_eval:

@@ -287,6 +287,9 @@ def paper_config(
   c.data.manual_dir = os.path.expanduser('~/ada_manual')
   c.data.template = 'chat'  # The reference's system prompt + chat template.
   c.data.prompt_bucket = 1024  # Tokens; the reference's max prompt length.
+  # The reference's prompt preparation drops training problems over 700
+  # tokens (the problem text; evaluation sets are never filtered).
+  c.data.max_problem_tokens = 700
   # Controller (n, M, N, τ) and per-variant slots.
   c.rl = ml_collections.ConfigDict()
   c.rl.steps = 400  # The script's; the paper text says 600.

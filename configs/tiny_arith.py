@@ -109,6 +109,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   c.data.manual_dir = ''
   c.data.template = 'tiny'
   c.data.prompt_bucket = 16
+  c.data.max_problem_tokens = 0  # 0: no problem-length filter.
   c.data.levels = '0,1,4-7'  # Levels to train and test on ('' = all).
   # Train on every level about equally often (small levels repeated).
   c.data.balance_levels = True

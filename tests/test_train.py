@@ -498,3 +498,20 @@ def test_sampling_copy_is_in_the_compute_dtype(data_dir, tmp_path):
   ):
     assert src.dtype == jnp.float32
     assert got.dtype == (jnp.bfloat16 if got.ndim >= 2 else jnp.float32)
+
+
+def test_max_problem_tokens_filters_training_problems_only(data_dir, tmp_path, caplog):
+  c = tiny_config(data_dir)
+  tok = from_config.tokenizer(c)
+  train, _, test = from_config._examples(c, str(tmp_path), tok)
+  limit = sorted(len(tok.encode(e.problem)) for e in train)[len(train) // 2]
+  c.data.max_problem_tokens = limit
+  with caplog.at_level('WARNING'):
+    kept, _, kept_test = from_config._examples(c, str(tmp_path), tok)
+  assert 0 < len(kept) < len(train)
+  assert all(len(tok.encode(e.problem)) <= limit for e in kept)
+  assert kept_test == test  # Evaluation sets are never filtered.
+  dropped = len(train) - len(kept)
+  assert f'dropped {dropped} train problems longer than data.max_problem_tokens' in (
+    caplog.text
+  )
