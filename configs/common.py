@@ -258,6 +258,10 @@ def paper_config(
   # A run's workdir whose latest checkpoint gives the initial params (e.g. a
   # shared SFT warm start); empty: none. A resumed run ignores it.
   c.model.init_from = ''
+  # The position limit (0: the checkpoint's). The reference raises
+  # Qwen2.5-Math's 4096 to 32768 (its run script's override_config), so its
+  # evaluation writes 4096 new tokens after the 1024-token prompt bucket.
+  c.model.max_position_embeddings = 32768 if 'qwen25_math' in config_name else 0
   c.model.dtype = 'bfloat16'  # Compute and KV cache.
   c.model.param_dtype = 'float32'  # Master weights: lr 1e-6 vanishes in bf16.
   # Training and prefill never build [H, T, T] scores (chunked; splash on TPU),
@@ -365,6 +369,7 @@ def runlocal(c: ml_collections.ConfigDict, variant: str) -> None:
   c.model.hf_path = ''
   c.model.tokenizer_path = ''
   c.model.dtype = 'float32'
+  c.model.max_position_embeddings = 0  # The tiny model's own.
   c.model.param_dtype = 'float32'
   c.data.name = 'ada_arith'
   c.data.train_split = 'train'

@@ -18,8 +18,9 @@ v4-32 26.4 GiB, v5p-64 18.1 GiB, v6e-64 11.5 GiB: fits all three.
 Data: `data=hard` (default): `ada_math_local/hard_1p5b`; `data=easy`:
 `ada_math_local/simple_1p5b`. Copy the files to ~/ada_manual on every worker (README
 "Data"); they build into ~/tensorflow_datasets on first use.
-Qwen2.5-Math has 4096 positions: prompt 1024 + response 2048 fit;
-evaluation caps 4096 new tokens at 3072 (with a warning).
+Qwen2.5-Math has 4096 positions; like the reference (its run script's
+override_config), the config raises the limit to 32768
+(model.max_position_embeddings), so evaluation writes 4096 new tokens.
 
 Commands (from the repo root):
   CPU, ~1 min of CPU time, mostly compiles (random tiny qwen2 model,

@@ -21,8 +21,9 @@ quartered (`--config.rl.prompts_per_step=128 --config.rl.slots=1024
 Data: `data=hard` (default): `ada_math_local/hard_7b`; `data=easy`:
 `ada_math_local/easy_7b`. Copy the files to ~/ada_manual on every worker (README
 "Data"); they build into ~/tensorflow_datasets on first use.
-Qwen2.5-Math has 4096 positions: prompt 1024 + response 2048 fit;
-evaluation caps 4096 new tokens at 3072 (with a warning).
+Qwen2.5-Math has 4096 positions; like the reference (its run script's
+override_config), the config raises the limit to 32768
+(model.max_position_embeddings), so evaluation writes 4096 new tokens.
 
 Commands (from the repo root):
   CPU, ~1 min of CPU time, mostly compiles (random tiny qwen2 model,

@@ -6,6 +6,7 @@ import time
 import pytest
 
 from ada_jax import verifier
+from ada_jax.verifier import warmup
 from tests.verifier_kind_cases import KIND_CASES
 
 KINDS = (
@@ -20,6 +21,12 @@ KINDS = (
   'set_duplicate',
   'sum',
 )
+
+
+@pytest.fixture(scope='module', autouse=True)
+def _warm_sympy():
+  # As the pool's forkserver does for its workers (verifier.warmup).
+  warmup.run()
 
 
 @pytest.mark.parametrize(('kind', 'response', 'reference', 'expected'), KIND_CASES)

@@ -5,14 +5,15 @@ pools), so the batch path runs each item in a worker process and the parent
 enforces the deadline with ``multiprocessing.connection.wait``: a worker still
 busy when its item's time is up is killed (SIGKILL) and replaced by a fresh
 one, and the item scores False. Workers come from a forkserver that preloaded
-the verifier (cheap respawns, and no fork of a parent holding JAX threads).
-The parent extracts the boxed answer itself (linear time), so only short
-strings cross the pipes (graders that read the whole response get it all).
-The grader is ``backend`` (``backends``: ours, or the reference's
-Math-Verify and Qwen-style graders, whose own signal timeouts are off: the
-kill is their deadline too). An item's clock starts when a ready worker takes it:
-a worker first reports that it has started (a respawn on a loaded machine can
-take seconds), so a slow start never turns correct answers into timeouts.
+the verifier and warmed sympy once (``warmup``: cheap, warm respawns, and no
+fork of a parent holding JAX threads). The parent extracts the boxed answer
+itself (linear time), so only short strings cross the pipes (graders that
+read the whole response get it all). The grader is ``backend``
+(``backends``: ours, or the reference's Math-Verify and Qwen-style graders,
+whose own signal timeouts are off: the kill is their deadline too). An item's
+clock starts when a ready worker takes it: a worker first reports that it
+has started (a respawn on a loaded machine can take seconds), so a slow start
+never turns correct answers into timeouts.
 """
 
 from __future__ import annotations
@@ -106,7 +107,7 @@ class _Worker:
 class _Pool:
   def __init__(self, size: int, start_delay_s: float = 0.0, backend: str = 'ada'):
     self.ctx = multiprocessing.get_context('forkserver')
-    self.ctx.set_forkserver_preload(['ada_jax.verifier'])
+    self.ctx.set_forkserver_preload(['ada_jax.verifier', 'ada_jax.verifier.warmup'])
     self.size = size
     self.start_delay_s = start_delay_s
     self.backend = backend
