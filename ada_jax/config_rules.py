@@ -153,6 +153,7 @@ def _rules() -> dict[str, Rule]:
     'mesh.data': axis,
     'mesh.fsdp': axis,
     'mesh.tensor': axis,
+    'model.max_position_embeddings': Int(0, why="0 keeps the checkpoint's"),
     'model.hf_path': STR,
     'model.tokenizer_path': STR,
     'model.init_from': STR,
@@ -321,7 +322,9 @@ def dp_size(c: Any) -> int:
 
 
 def max_positions(c: Any) -> int:
-  """The model's position limit (HF config.json, else the tiny model's)."""
+  """The position limit: model.max_position_embeddings, HF config's, tiny's."""
+  if c.model.get('max_position_embeddings', 0):
+    return int(c.model.max_position_embeddings)
   if c.model.hf_path:
     from ada_jax import hf
 

@@ -185,12 +185,20 @@ def tokenizer(c: Any, workdir: str | None = None) -> tokenizer_lib.Tokenizer:
   return tokenizer_lib.build_tiny_tokenizer(tok_dir)
 
 
-def execution(c: Any) -> dict[str, str]:
-  """How the model runs, not what it is: `model.attention`, `model.remat`."""
-  return {
+def execution(c: Any) -> dict[str, Any]:
+  """How the model runs, not what it is: `model.attention`, `model.remat`.
+
+  Also `model.max_position_embeddings` when set (> 0): it replaces the
+  checkpoint's position limit, as the reference's
+  `override_config.max_position_embeddings=32768` does for Qwen2.5-Math.
+  """
+  out: dict[str, Any] = {
     'attention': c.model.get('attention', 'auto'),
     'remat': c.model.get('remat', 'none'),
   }
+  if c.model.get('max_position_embeddings', 0):
+    out['max_position_embeddings'] = int(c.model.max_position_embeddings)
+  return out
 
 
 def model_config(c: Any, tok: tokenizer_lib.Tokenizer | None = None):
@@ -231,11 +239,10 @@ def model_config(c: Any, tok: tokenizer_lib.Tokenizer | None = None):
     qkv_bias=family == 'qwen2',
     qk_norm=family == 'qwen3',
     tie_embeddings=True,
-    max_position_embeddings=t.max_positions,
     eos_token_id=tok.eos_ids[0] if tok is not None else None,
     param_dtype=param_dtype,
     dtype=dtype,
-    **execution(c),
+    **{'max_position_embeddings': t.max_positions, **execution(c)},
   )
 
 

@@ -488,8 +488,10 @@ def create_model(config: ModelConfig, seed: int = 0) -> Transformer:
   return Transformer(config, rngs=nnx.Rngs(seed))
 
 
-# Config fields that change how the model runs, never its params.
-_EXECUTION_FIELDS = ('attention', 'remat', 'dtype')
+# Config fields that change how the model runs, never its params. The
+# position limit is one: RoPE is computed per position, there is no table
+# (the reference raises Qwen2.5-Math's to 32768 for evaluation).
+_EXECUTION_FIELDS = ('attention', 'remat', 'dtype', 'max_position_embeddings')
 
 
 def with_config(model: Transformer, **changes: Any) -> Transformer:

@@ -95,6 +95,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   c.model.param_dtype = 'float32'
   c.model.attention = 'auto'  # T = 64: dense, as before.
   c.model.remat = 'none'  # Tiny activations: recomputing them only costs time.
+  c.model.max_position_embeddings = 0  # 0: model.tiny.max_positions.
   c.model.tiny = ml_collections.ConfigDict(
     dict(
       hidden=128, layers=2, heads=4, kv_heads=2, head_dim=32, mlp=384, max_positions=64

@@ -135,6 +135,24 @@ def test_model_execution_keys_reach_the_model_config():
   config_rules.check_keys(c)
   cfg = from_config.model_config(c)
   assert (cfg.attention, cfg.remat) == ('chunked', 'block')
+  assert cfg.max_position_embeddings == c.model.tiny.max_positions  # 0: its own.
+  # The position limit, raised as the reference does for Qwen2.5-Math: the
+  # model config, the config's own length check and an HF-loaded model
+  # (with_config: no params change) all see it.
+  c.model.max_position_embeddings = 4 * c.model.tiny.max_positions
+  config_rules.check_keys(c)
+  assert (
+    from_config.model_config(c).max_position_embeddings
+    == 4 * cfg.max_position_embeddings
+  )
+  assert config_rules.max_positions(c) == 4 * cfg.max_position_embeddings
+  from flax import nnx
+
+  from ada_jax import model as model_lib
+
+  model = model_lib.Transformer(cfg, rngs=nnx.Rngs(0))
+  raised = model_lib.with_config(model, **from_config.execution(c))
+  assert raised.config.max_position_embeddings == 4 * cfg.max_position_embeddings
   with pytest.raises(
     config_rules.ConfigError, match=r"config model\.attention='flash'"
   ):
