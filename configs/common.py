@@ -346,7 +346,9 @@ def paper_config(
     dict(steps=0, batch_size=64, lr=1e-5, warmup=0, lr_schedule='constant')
   )
   # Reward: the reference's 20 s per item, 16 processes (per host here).
-  c.verifier = ml_collections.ConfigDict(dict(timeout_s=20.0, workers=16))
+  c.verifier = ml_collections.ConfigDict(
+    dict(timeout_s=20.0, workers=16, backend='ada')
+  )
   # Checkpoints every 50 steps; --config.checkpoint.keep=8 keeps all of
   # 50..400, as the reference's evaluation protocol reads them.
   c.checkpoint = ml_collections.ConfigDict(dict(every=50, keep=2))
@@ -394,5 +396,5 @@ def runlocal(c: ml_collections.ConfigDict, variant: str) -> None:
   c.sft = ml_collections.ConfigDict(
     dict(steps=0, batch_size=32, lr=2e-3, warmup=0, lr_schedule='constant')
   )
-  c.verifier = ml_collections.ConfigDict(dict(timeout_s=2.0, workers=2))
+  c.verifier = ml_collections.ConfigDict(dict(timeout_s=2.0, workers=2, backend='ada'))
   c.checkpoint = ml_collections.ConfigDict(dict(every=2, keep=1))
