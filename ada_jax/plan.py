@@ -292,6 +292,7 @@ def check_report(
 ) -> str:
   """Plan vs compiled per phase for the config's real programs (--check)."""
   import jax
+  import jax.numpy as jnp
 
   from ada_jax import sharding
   from ada_jax.planner import memory as memory_plan
@@ -326,6 +327,13 @@ def check_report(
       'note: compiled by XLA:CPU on fake devices; it says nothing certain about '
       'TPU tiling (padding, fusion): run --check on the TPU VM for its figures'
     )
+    if jnp.dtype(cfg.dtype).itemsize < 4:
+      lines.append(
+        f'note: XLA:CPU has no native {jnp.dtype(cfg.dtype).name} math and keeps '
+        'fp32 copies of such buffers: ratios of bf16 configs are off here (1.5B '
+        'on 32 devices: sampling 0.46, update 0.69 in bf16, 0.98 and 0.89 with '
+        "--config.model.dtype=float32, which checks the plan's structure on CPU)"
+      )
   return '\n'.join(lines)
 
 
