@@ -38,7 +38,8 @@ Normalisation (both sides)
   * Dropped: ``$``, ``\\(\\)``, ``\\[\\]``, ``\\left``/``\\right``, spacing
     commands, ``\\displaystyle``, ``\\limits``, outer braces and boxes (inner
     ``\\boxed{X}`` becomes X), a trailing period, ``\\$``, a leading "the
-    answer is", a function prefix ``f(x) =``, ``\\angle``, and a leading label
+    answer is", a function prefix ``f(x) =`` or ``f(2) =`` (numeric arguments
+    only), dots after a decimal (``0.707\\ldots`` is 0.707), ``\\angle``, and a leading label
     in words (``\\text{Area} = 12``) or a name of 3-4 capitals (``ABC = 30``).
     ``\\text``/``\\mathrm``/``\\mathbf``... are unwrapped. Two answers whose
     normalised strings are equal up to spaces are equivalent (checked first);

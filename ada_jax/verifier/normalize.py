@@ -227,6 +227,12 @@ _ANSWER_PREFIX = re.compile(
 _FUNC_LHS = re.compile(
   r'^[a-zA-Z](?:\^\{?-1\}?|\')?\s*\(\s*[a-z](?:\s*,\s*[a-z])*\s*\)\s*=(?!=)'
 )
+# A function's value at numbers: f(2) = 5, P(-1, 0.5) = 3 (never x(x+1) = 6).
+_FUNC_VALUE_LHS = re.compile(
+  r'^[a-zA-Z]\s*\(\s*-?[\d.]+(?:\s*,\s*-?[\d.]+)*\s*\)\s*=(?!=)'
+)
+# A decimal trailing off: 0.707\ldots, 2.718... (the digits written).
+_TRAILING_DOTS = re.compile(r'(\d)\s*(?:\\[lc]?dots|\.\.\.)(?![a-zA-Z])')
 _THOUSANDS = re.compile(r'^-?\d{1,3}(?:,\d{3})+(?:\.\d+)?$')
 _SCI = re.compile(r'^(-?\d+(?:\.\d+)?)[eE]([+-]?\d+)$')
 _REPEAT = re.compile(r'(\d*)\.(\d*)\\overline\s*\{?(\d{1,20})\}?')
@@ -367,6 +373,8 @@ def normalize(answer: str) -> Normalized:
   text = _ANSWER_PREFIX.sub('', text)
   text = re.sub(r'^\s*\\approx(?![a-zA-Z])', '', text)
   text = _FUNC_LHS.sub('', text)
+  text = _FUNC_VALUE_LHS.sub('', text)
+  text = _TRAILING_DOTS.sub(r'\1', text)
   text = _REALS_WORDS.sub(r'\\reals', text.strip())
   text = re.sub(r'\s+', ' ', text).strip()
   for _ in range(2):
