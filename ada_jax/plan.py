@@ -264,6 +264,13 @@ def report(
     total = p.phase_bytes(phase)
     verdict = 'fits' if total <= hbm else 'does NOT fit'
     lines.append(f'{command}: {total / 2**30:.2f} GiB per device, {verdict}')
+  if any(p.phase_bytes(x) > hbm for x in (*memory_plan.COMMAND_PHASES, 'pass_rates')):
+    lines.append(
+      'note: these prefill S prompts per chunk (rl.slots or --slots) and the '
+      "round's slot gather all-gathers every layer's prompt cache onto every "
+      'device; fewer slots per chunk shrink it, for the trainer only a code change '
+      '(e.g. B prompts x k samples in one round of S slots) can'
+    )
   lines.append('')
   lines.extend(step_time_lines(c, cfg, shapes, mesh, chip))
   lines.append('')
