@@ -356,13 +356,13 @@ def check_report(
 #              `checkpoint.abstract_opt_state`, the [C, m, ...] batch in the
 #              layout `rollout.assemble_batch` gives it (`_batch_sharding`);
 #   old_logp   `update.logp_jit` on the same params and batch;
-#   prefill    `sampler._prefill_jit` of the step's B prompts (the sampling copy:
-#              SAMPLE_RULES, cast to the compute dtype as the trainer's
-#              `Resharder(dtype=...)` does);
-#   sampling   `sampler.lower_round` (what `sample_round` runs) on the prompt
-#              cache in the layout `prefill` pins;
-#   evaluation / selection: the same round at S prompts and slots, with the
-#              evaluation's own new tokens (prompt selection: the config's).
+#   sampling   `sampler.lower_round` (what `sample_round` runs) on the
+#              sampling copy (SAMPLE_RULES, cast to the compute dtype as the
+#              trainer's `Resharder(dtype=...)` makes it) and the prompt cache
+#              in the layout `sampler.prefill` pins;
+#   pass_rates the same round at S prompts and slots (the trainer's `_score`);
+#   evaluation / selection: that round on the params in their own dtype, at
+#              the evaluation's new tokens (prompt selection: the config's).
 #
 # No weights and no device memory are needed: every input is a
 # ShapeDtypeStruct. The result is XLA's `memory_analysis` per device:
@@ -557,34 +557,6 @@ def compile_round(
   return _memory(lowered.compile())
 
 
-def compile_prefill(
-  config: Any,
-  mesh: Any,
-  *,
-  prompts: int,
-  prompt_len: int,
-) -> Compiled:
-  """The prefill of B prompts (`sampler.prefill`'s jitted program)."""
-  import jax.numpy as jnp
-  from flax import nnx
-
-  from ada_jax import sampler
-  from ada_jax import sharding as sharding_lib
-
-  model = sampling_model(config, mesh)
-  graphdef, state = nnx.split(model)
-  sh = (
-    sharding_lib.batch_sharding(mesh)
-    if prompts % sharding_lib.data_parallel_size(mesh) == 0
-    else None
-  )
-  tokens = _sds((prompts, prompt_len), jnp.int32, sh)
-  lowered = sampler._prefill_jit.lower(
-    graphdef, mesh, state, tokens, tokens, jnp.dtype(config.dtype)
-  )
-  return _memory(lowered.compile())
-
-
 def compiled_phases(
   config: Any,
   shapes: Any,
@@ -613,10 +585,6 @@ def compiled_phases(
       out[phase] = compile_update(config, s, mesh, settings)
     elif phase == 'old_logp':
       out[phase] = compile_old_logp(config, s, mesh, s.logit_chunk)
-    elif phase == 'prefill':
-      out[phase] = compile_prefill(
-        config, mesh, prompts=s.prompts, prompt_len=s.prompt_len
-      )
     elif phase in ('sampling', 'pass_rates', 'evaluation', 'selection'):
       new = s.eval_new_tokens or s.new_tokens if phase == 'evaluation' else s.new_tokens
       out[phase] = compile_round(
