@@ -118,6 +118,8 @@ def step_shapes(c, cfg=None, eval_new_tokens: int = EVAL_NEW_TOKENS):
     micro_batch_rows=rl.micro_batch_rows,
     eval_new_tokens=eval_new_tokens,
     logit_chunk=update.LOGIT_CHUNK,
+    histogram_k=rl.histogram_k,
+    greedy_eval=bool(c.data.eval_split),
   )
 
 
@@ -256,7 +258,7 @@ def report(
   for phase, command in (
     (
       'pass_rates',
-      "the trainer's evaluation and pass-rate histogram (S prompts/chunk)",
+      "the trainer's evaluation and pass-rate histogram (S/k prompts x k)",
     ),
     ('evaluation', f'python -m ada_jax.evaluate (N={shapes.eval_new_tokens})'),
     ('selection', 'python -m ada_jax.select_prompts'),
@@ -266,10 +268,9 @@ def report(
     lines.append(f'{command}: {total / 2**30:.2f} GiB per device, {verdict}')
   if any(p.phase_bytes(x) > hbm for x in (*memory_plan.COMMAND_PHASES, 'pass_rates')):
     lines.append(
-      'note: these prefill S prompts per chunk (rl.slots or --slots) and the '
-      "round's slot gather all-gathers every layer's prompt cache onto every "
-      'device; fewer slots per chunk shrink it, for the trainer only a code change '
-      '(e.g. B prompts x k samples in one round of S slots) can'
+      'note: these score S // k prompts x k samples per round of S slots '
+      '(k = 1: S prompts in an aligned round, slot i continuing prompt i); '
+      'fewer slots (rl.slots, or --slots of the commands) shrink them'
     )
   lines.append('')
   lines.extend(step_time_lines(c, cfg, shapes, mesh, chip))
@@ -547,13 +548,16 @@ def compile_round(
   slots: int,
   new_tokens: int,
   cast: bool = True,
+  aligned: bool = False,
 ) -> Compiled:
   """One sampling round (`sampler.lower_round`, what `sample_round` runs)."""
   from ada_jax import sampler
 
   model = sampling_model(config, mesh, cast=cast)
   cache = prompt_cache(config, mesh, prompts, prompt_len)
-  lowered = sampler.lower_round(model, cache, slots=slots, max_new_tokens=new_tokens)
+  lowered = sampler.lower_round(
+    model, cache, slots=slots, max_new_tokens=new_tokens, aligned=aligned
+  )
   return _memory(lowered.compile())
 
 
@@ -565,8 +569,9 @@ def compiled_phases(
 ) -> dict[str, Compiled]:
   """Compiled memory of the programs of `phases` (see the module doc).
 
-  pass_rates, evaluation and selection run the round at S prompts (one
-  chunk of the trainer's `_score`, of `evaluate` and of `select_prompts`);
+  pass_rates, evaluation and selection run one chunk of
+  `scoring.sample_and_score` (S // k prompts and their k samples in one
+  round; k = 1: S prompts in an aligned round, no gather);
   the last two on the params in their own dtype, evaluation at
   `shapes.eval_new_tokens`.
   """
@@ -587,15 +592,27 @@ def compiled_phases(
       out[phase] = compile_old_logp(config, s, mesh, s.logit_chunk)
     elif phase in ('sampling', 'pass_rates', 'evaluation', 'selection'):
       new = s.eval_new_tokens or s.new_tokens if phase == 'evaluation' else s.new_tokens
-      out[phase] = compile_round(
-        config,
-        mesh,
-        prompts=s.prompts if phase == 'sampling' else s.slots,
-        prompt_len=s.prompt_len,
-        slots=s.slots,
-        new_tokens=new,
-        cast=phase in ('sampling', 'pass_rates'),
+      # The chunks of scoring.sample_and_score: S // k prompts and their k
+      # samples in one round, or (k = 1) S prompts in an aligned round.
+      ks = {'sampling': [], 'evaluation': [1], 'selection': [s.histogram_k]}.get(
+        phase, [s.histogram_k] + ([1] if s.greedy_eval else [])
       )
+      runs = []
+      for k in ks or [0]:
+        per = s.slots // k if 1 < k <= s.slots else s.slots
+        runs.append(
+          compile_round(
+            config,
+            mesh,
+            prompts=s.prompts if phase == 'sampling' else per,
+            prompt_len=s.prompt_len,
+            slots=s.slots,
+            new_tokens=new,
+            cast=phase in ('sampling', 'pass_rates'),
+            aligned=phase != 'sampling' and per == s.slots,
+          )
+        )
+      out[phase] = max(runs, key=lambda r: r.total)
     else:
       raise ValueError(f'unknown phase {phase!r}')
   return out

@@ -210,7 +210,7 @@ def _choose(
   return token, logp
 
 
-@functools.partial(jax.jit, static_argnums=(0, 1, 4))
+@functools.partial(jax.jit, static_argnums=(0, 1, 4, 11))
 def _round_jit(
   graphdef,
   mesh,
@@ -223,6 +223,7 @@ def _round_jit(
   top_p,
   top_k,
   eos_ids,
+  aligned: bool = False,
 ):
   model = nnx.merge(graphdef, state)
   s = slot_prompt.shape[0]
@@ -232,18 +233,24 @@ def _round_jit(
   sh4 = _cache_sharding(mesh, s, model.config.num_kv_heads)
   sh2 = _rows_sharding(mesh, s, 2)
 
+  def rows(x):
+    # Aligned (slot s continues prompt s, S == B): the rows are where they
+    # are, on the device that holds them. Otherwise a gather, which the
+    # partitioner makes an all-gather of x over the data axes (all B rows on
+    # every device: the memory plan counts it).
+    return x if aligned else jnp.take(x, idx, axis=0)
+
   def slot_cache(prefix):  # [B, G, P, K] -> [S, G, P + N, K]
     # One padded write of the gathered prefix (a concatenate with a zeros
     # buffer kept a second, partial copy of the cache).
-    x = jnp.take(prefix, idx, axis=0)
-    return _constrain(jnp.pad(x, ((0, 0), (0, 0), (0, n), (0, 0))), sh4)
+    return _constrain(jnp.pad(rows(prefix), ((0, 0), (0, 0), (0, n), (0, 0))), sh4)
 
   cache = model_lib.KVCache(
     tuple(slot_cache(x) for x in pc.k),
     tuple(slot_cache(x) for x in pc.v),
-    _constrain(jnp.pad(jnp.take(pc.valid, idx, axis=0), ((0, 0), (0, n))), sh2),
+    _constrain(jnp.pad(rows(pc.valid), ((0, 0), (0, n))), sh2),
   )
-  start_pos = jnp.take(pc.lengths, idx, axis=0)
+  start_pos = rows(pc.lengths)
 
   def is_eos(tok):
     return jnp.any(
@@ -254,7 +261,7 @@ def _round_jit(
   # data axes, vocab over tensor): replicated, they and _choose's [S, V]
   # temporaries would be whole on every device.
   first = _constrain(
-    jnp.take(pc.last_logits, idx, axis=0),
+    rows(pc.last_logits),
     _logits_sharding(mesh, s, model.config.vocab_size),
   )
   tok0, lp0 = _choose(
@@ -351,6 +358,7 @@ def sample_round(
   top_p: float | Array = 1.0,
   top_k: int | Array = 0,
   eos_ids: Sequence[int] | Array = (),
+  aligned: bool = False,
 ) -> Rollout:
   """Decodes S slots, slot s continuing prompt slot_prompt[s] (-1: idle, masked).
 
@@ -364,13 +372,25 @@ def sample_round(
     top_p: scalar or [S] nucleus mass (1.0 = off).
     top_k: scalar or [S] (0 = off).
     eos_ids: up to MAX_EOS_IDS token ids that end a continuation.
+    aligned: slot s continues prompt s or is idle (slot_prompt[s] in {s,
+      -1}, S == B): the slots read the prompt cache where it lies, no gather
+      of every prompt's cache onto every device (evaluation, pass rates).
+      Static (its own compile).
 
   Returns:
     Rollout with [S, N] tokens / logprobs / mask and [S] lengths.
+
+  Raises:
+    ValueError: `aligned` with S != B.
   """
   graphdef, state = nnx.split(model)
   slot_prompt = _as(slot_prompt, np.int32)
   s = slot_prompt.shape[0]
+  if aligned and s != prompt_cache.lengths.shape[0]:
+    raise ValueError(
+      f'aligned round: {s} slots for {prompt_cache.lengths.shape[0]} prompts '
+      '(slot s continues prompt s: they must be equal)'
+    )
   return _round_jit(
     graphdef,
     _mesh_of(state),
@@ -383,6 +403,7 @@ def sample_round(
     _per_slot(top_p, s, jnp.float32, 'top_p'),
     _per_slot(top_k, s, jnp.int32, 'top_k'),
     eos_array(eos_ids),
+    bool(aligned),
   )
 
 
@@ -393,6 +414,7 @@ def lower_round(
   slots: int,
   max_new_tokens: int,
   eos_ids: Sequence[int] | Array = (),
+  aligned: bool = False,
 ) -> jax.stages.Lowered:
   """The decode program `sample_round` runs for these shapes, lowered.
 
@@ -413,6 +435,7 @@ def lower_round(
     per_slot,
     np.zeros((slots,), np.int32),
     eos_array(eos_ids),
+    bool(aligned),
   )
 
 
@@ -442,6 +465,7 @@ def sample(
     top_p=top_p,
     top_k=top_k,
     eos_ids=eos_ids,
+    aligned=True,
   )
 
 

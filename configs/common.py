@@ -53,10 +53,12 @@ in `DOES_NOT_FIT`), the plan names the smallest change that fits: 4 (3B,
 7B) or 8 (4B) slot waves per round (the step unchanged; not implemented),
 else the step quartered (3B, 7B: `--config.rl.prompts_per_step=128
 --config.rl.slots=1024 --config.rl.mini_batch_rows=128`), else a larger pod
-(4B). Not part of the step, and beyond every preset today: the trainer's
-own evaluation and pass-rate histogram (and the evaluate / select_prompts
-commands) prefill S prompts per chunk, and the round all-gathers all of
-them (60-190 GiB per chip); `plan` prints their verdicts separately.
+(4B). Not part of the step: the trainer's pass-rate histogram scores S // k
+prompts x k samples in one round of S slots (the RL round's shape, so it
+fits wherever the step does); greedy evaluation and the evaluate command
+(k = 1) run S prompts in an aligned round (slot i continues prompt i, no
+gather); `plan` prints their verdicts separately (evaluate at 4096 new
+tokens may need `--slots` on the smaller pods).
 """
 
 from __future__ import annotations

@@ -185,6 +185,11 @@ def test_prompt_cache_rounds_equal_plain_sample(hf_models):
     assert (
       not np.asarray(a.mask)[~live].any() and (np.asarray(a.lengths)[~live] == 0).all()
     )
+  # (b: `sample` runs aligned rounds, slot i reading prompt i's cache in place.)
+  with pytest.raises(ValueError, match='aligned round: 8 slots for 6 prompts'):
+    sampler.sample_round(
+      model, cache, slot_prompt, max_new_tokens=N, rng=rng, aligned=True
+    )
 
 
 def test_no_recompile_when_knobs_or_slots_change(hf_models):

@@ -95,6 +95,8 @@ class StepShapes:
   micro_batch_rows: int  # m
   eval_new_tokens: int = 0  # The evaluation's N (0: new_tokens).
   logit_chunk: int = 128  # update.UpdateSettings.logit_chunk
+  histogram_k: int = 8  # Samples per prompt of the pass-rate histogram.
+  greedy_eval: bool = False  # The trainer evaluates greedily (an eval split).
 
 
 @dataclasses.dataclass(frozen=True)
@@ -397,8 +399,13 @@ def plan(
     b_dev = _rows(b, dp)
     return b_dev * (p * (c.num_layers * kv_layer + 1) + v_dev * 4 + 4)
 
-  def round_program(b: int, slots: int, new: int) -> tuple[int, int]:
-    """(KV cache and gathered prompts, other temporaries + outputs) of a round."""
+  def round_program(
+    b: int, slots: int, new: int, aligned: bool = False
+  ) -> tuple[int, int]:
+    """(KV cache and gathered prompts, other temporaries + outputs) of a round.
+
+    `aligned`: slot i continues prompt i (the scoring chunks), no gather.
+    """
     tt = p + new
     s_dev = _rows(slots, dp)
     # With one KV head per device XLA keeps a second copy of much of the
@@ -408,7 +415,7 @@ def plan(
     # The slot gather all-gathers the row-split prompt cache over the data
     # axes: all B prompts' K and V on every device, every layer's before the
     # loop starts; the slot cache reuses that buffer when it is the larger.
-    gathered = b * p * kv_layer
+    gathered = 0 if aligned else b * p * kv_layer
     cache = int(c.num_layers * max(kv, gathered)) + s_dev * tt
     # [S, V] first-token logits, per-token fp32 scores [S, h, 1, T] and
     # logits [S, V], the outputs [S, N].
@@ -466,8 +473,21 @@ def plan(
 
   # --- Evaluation-like rounds: S prompts prefilled per chunk, S slots.
   eval_n = s.eval_new_tokens or n
-  pr_kv, pr_other = round_program(s.slots, s.slots, n)
-  ev_kv, ev_other = round_program(s.slots, s.slots, eval_n)
+
+  def scoring_chunk(k: int, new: int) -> tuple[int, int]:
+    # (prompt cache, round) of one chunk of scoring.sample_and_score: S // k
+    # prompts and their k samples in one round, or (k = 1) S prompts in an
+    # aligned round.
+    per = s.slots // k if 1 < k <= s.slots else s.slots
+    kv, other = round_program(per, s.slots, new, aligned=per == s.slots)
+    return prompt_cache(per), kv + other
+
+  chunks = [scoring_chunk(s.histogram_k, n)]
+  if s.greedy_eval:
+    chunks.append(scoring_chunk(1, n))
+  pr_cache, pr_round = max(chunks, key=sum)
+  sel_cache, sel_round = scoring_chunk(s.histogram_k, n)
+  ev_cache, ev_round = scoring_chunk(1, eval_n)
   # Params in their own dtype (fp32): every use casts them; XLA hoists a
   # compute-dtype copy out of the decode loop when the dtypes differ.
   hoisted = sample if w != a else 0
@@ -574,12 +594,16 @@ def plan(
     ),
     Item('params (sampling copy) ', 'pass_rates', sample, 'as in sampling'),
     Item(
-      'prompt cache [S, P]', 'pass_rates', prompt_cache(s.slots), 'S prompts per chunk'
+      'prompt cache (one chunk)',
+      'pass_rates',
+      pr_cache,
+      f'S/k prompts per chunk (k={s.histogram_k})'
+      + (', or S greedy' if s.greedy_eval else ''),
     ),
     Item(
-      'round at S prompts',
+      'round of a chunk',
       'pass_rates',
-      pr_kv + pr_other,
+      pr_round,
       'KV cache and temporaries',
       knob_step,
     ),
@@ -591,13 +615,11 @@ def plan(
       + (' (+ a hoisted compute-dtype copy)' if hoisted else ''),
       'a larger tensor axis (mesh.tensor)',
     ),
-    Item(
-      'prompt cache [S, P] ', 'evaluation', prompt_cache(s.slots), 'S prompts per chunk'
-    ),
+    Item('prompt cache [S, P] ', 'evaluation', ev_cache, 'S prompts per chunk (k=1)'),
     Item(
       f'round at N={eval_n}',
       'evaluation',
-      ev_kv + ev_other,
+      ev_round,
       'k rounds one after another',
       '--max-new-tokens / --slots',
     ),
@@ -609,9 +631,12 @@ def plan(
       'a larger tensor axis (mesh.tensor)',
     ),
     Item(
-      'prompt cache [S, P]  ', 'selection', prompt_cache(s.slots), 'S prompts per chunk'
+      'prompt cache (one chunk) ',
+      'selection',
+      sel_cache,
+      f'S/k prompts per chunk (k={s.histogram_k})',
     ),
-    Item(f'round at N={n}', 'selection', pr_kv + pr_other, '', '--slots'),
+    Item(f'round at N={n}', 'selection', sel_round, '', '--slots'),
   )
   return Plan(items, tuple(mesh), b_dev)
 

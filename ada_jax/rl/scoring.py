@@ -148,7 +148,8 @@ def sample_and_score(
     prompt_tokens: int [Q, P] left-padded prompts.
     prompt_mask: int [Q, P].
     references: Q reference answers.
-    slots: S, prompts per chunk (use the run's slot count).
+    slots: S, the round's slots (use the run's slot count): S // k prompts
+      per chunk, their k samples in one round (k = 1: S prompts).
     k: samples per prompt (1 with temperature 0 for greedy accuracy).
     max_new_tokens: N.
     rng: PRNG key.
@@ -168,25 +169,35 @@ def sample_and_score(
   correct = np.zeros((q, k), bool)
   boxed = np.zeros((q, k), bool)
   eos = sampler.eos_array(eos_ids)
+  # k > 1: S // k prompts per chunk, their k samples in one round of S slots
+  # (the RL round's shape: B = S / M prompts, gathered for the slots). k = 1
+  # (or k > S): S prompts per chunk and k aligned rounds, slot i continuing
+  # prompt i (no gather). Either way no device holds more than the RL round
+  # does of the prompt cache, or one chunk's own rows.
+  per = slots // k if 1 < k <= slots else slots
+  reps = k if per < slots else 1
   chunks = progress_lib.progress(
-    range(0, q, slots),
+    range(0, q, per),
     desc=progress,
     unit='chunk',
     disable=progress is None,
     leave=False,
   )
   for c, start in enumerate(chunks):
-    rows = np.arange(start, min(start + slots, q))
-    tokens = np.full((slots, p), scorer.tok.pad_id, np.int32)
-    mask = np.zeros((slots, p), np.int32)
+    rows = np.arange(start, min(start + per, q))
+    tokens = np.full((per, p), scorer.tok.pad_id, np.int32)
+    mask = np.zeros((per, p), np.int32)
     tokens[: len(rows)], mask[: len(rows)] = prompt_tokens[rows], prompt_mask[rows]
     mask[len(rows) :, -1] = 1  # Idle rows still need one real token.
     cache = sampler.prefill(model, tokens, mask)
-    slot_prompt = np.where(np.arange(slots) < len(rows), np.arange(slots), -1).astype(
-      np.int32
-    )
+    # Slot j * per + i holds sample j of prompt i (idle: -1).
+    prompt_of = np.tile(np.arange(per), reps)
+    live = prompt_of < len(rows)
+    slot_prompt = np.full(slots, -1, np.int32)
+    slot_prompt[: len(prompt_of)] = np.where(live, prompt_of, -1)
+    sample_of = np.repeat(np.arange(reps), per)
     chunk_references = [references[i] for i in rows]
-    for j in range(k):
+    for j in range(k // reps):
       r = sampler.sample_round(
         model,
         cache,
@@ -197,10 +208,13 @@ def sample_and_score(
         top_p=top_p,
         top_k=top_k,
         eos_ids=eos,
+        aligned=reps == 1,
       )
       scores = scorer.score_round(r, slot_prompt, chunk_references)
-      correct[rows, j] = scores.rewards[: len(rows)] > 0
-      boxed[rows, j] = scores.boxed[: len(rows)]
+      got = np.flatnonzero(slot_prompt >= 0)
+      prompt, sample = rows[slot_prompt[got]], sample_of[got] + j
+      correct[prompt, sample] = scores.rewards[got] > 0
+      boxed[prompt, sample] = scores.boxed[got]
   return correct, boxed
 
 
