@@ -280,6 +280,7 @@ def scorer(
     timeout_s=c.verifier.timeout_s,
     workers=c.verifier.workers or None,
     verify_fn=verify_fn,
+    backend=backend,
   )
 
 

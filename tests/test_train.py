@@ -238,10 +238,12 @@ def test_two_step_run_on_2x2x2_mesh(data_dir, tmp_path, capsys):
   assert not same_params(*r.step_params[2])
   assert not same_params(r.params_before, r.params_after)
   assert r.summary['steps'] == 2
+  assert r.summary['verifier_backend'] == 'ada'
   for part in ('before_rl', 'after_rl'):
     # (The hash bit rewards unboxed answers too: no order between the two.)
     assert {'eval_accuracy', 'eval_boxed_frac'} <= set(r.summary[part])
-  assert (tmp_path / 'wd' / 'samples.jsonl').read_text().strip()
+  samples = (tmp_path / 'wd' / 'samples.jsonl').read_text().splitlines()
+  assert samples and all(json.loads(x)['verifier_backend'] == 'ada' for x in samples)
   # Output redirected to a file (capsys: not a terminal) holds plain
   # progress lines, no carriage-return redraws.
   out, err = capsys.readouterr()

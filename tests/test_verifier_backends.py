@@ -69,6 +69,7 @@ def test_config_key_binds_the_backend_into_the_scorer():
   scorer = from_config.scorer(c, tok=None, verify_fn=fake)
   assert scorer.verify(['a'], ['1']).all()
   assert seen[0]['backend'] == 'math_verify'
+  assert scorer.backend == 'math_verify'  # What summary.json and samples record.
   c.verifier.backend = 'ada'
   seen.clear()
   from_config.scorer(c, tok=None, verify_fn=fake).verify(['a'], ['1'])

@@ -98,6 +98,7 @@ def fit(trainer: trainer_lib.Trainer) -> dict[str, Any]:
       'pass_rate_histogram': trainer.pass_rate_histogram(),
     }
     summary['steps'] = trainer.step
+    summary['verifier_backend'] = trainer.scorer.backend
     trainer.save(force=True)
     if trainer.ckpt is not None:
       trainer.ckpt.check()  # Saved, or CheckpointSaveError before any summary.

@@ -71,12 +71,15 @@ class Scorer:
     workers: its worker processes (None: its default).
     verify_fn: replaces `verifier.verify_batch` (tests, fault injection);
       called as `verify_fn(responses, references, timeout_s=, workers=)`.
+    backend: the reward's name as runs record it ('ada' | 'math_verify';
+      `verify_fn` already calls it).
   """
 
   tok: tokenizer_lib.Tokenizer
   timeout_s: float = 2.0
   workers: int | None = None
   verify_fn: Callable[..., np.ndarray] | None = None
+  backend: str = 'ada'
 
   def verify(self, responses: Sequence[str], references: Sequence[str]) -> np.ndarray:
     """0/1 (or bool) per response; the reference of each in `references`."""

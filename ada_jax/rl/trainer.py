@@ -454,6 +454,10 @@ class Trainer:
         'step %d: %d non-finite update(s) skipped', self.step, int(um['skipped'])
       )
     self.writer.write_samples(
-      self.step, rollout.sample_rows(out, examples, self.rl.samples_to_log)
+      self.step,
+      (
+        {**row, 'verifier_backend': self.scorer.backend}
+        for row in rollout.sample_rows(out, examples, self.rl.samples_to_log)
+      ),
     )
     return row
