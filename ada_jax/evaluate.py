@@ -25,7 +25,7 @@ Graders (`--graders`): `ada` (default) grades every set with
 `ada_jax.verifier`; `reference` grades as the reference's evaluation does:
 minerva_math with a Qwen2.5-Math-style grader (the "answer is" / last-number
 fallback and a 1e-4 relative tolerance, on our safe parser) and every other
-set with Math-Verify on the whole response (the `math_verify` extra). The
+set with Math-Verify on the last box, re-boxed (the `math_verify` extra). The
 report names each set's grader. Datasets are read from `data.data_dir`, else
 from the run's `tfds/` when already built there, else built into OUT/tfds.
 
@@ -67,7 +67,7 @@ GRADER_MODES = ('ada', 'reference')
 GRADER_NAMES = {
   'ada': 'ada_jax.verifier',
   'math_verify': 'Math-Verify (last box)',
-  'math_verify_response': 'Math-Verify',
+  'math_verify_eval': 'Math-Verify',
   'qwen': 'Qwen2.5-Math-style',
 }
 
@@ -76,14 +76,15 @@ def grader_for(name: str, mode: str) -> str:
   """The grader (`verify_batch` backend) of set `name` under `--graders mode`.
 
   `reference`: Qwen2.5-Math-style for minerva_math, Math-Verify on the
-  whole response for every other set (as the reference's evaluation).
+  last box (re-boxed) for every other set, as the reference's final
+  evaluation does.
   """
   if mode not in GRADER_MODES:
     raise ValueError(f'--graders: {mode!r} is not one of {GRADER_MODES}')
   if mode == 'ada':
     return 'ada'
   short = name.partition(':')[0].removeprefix('ada_math_local/')
-  return 'qwen' if short == 'minerva_math' else 'math_verify_response'
+  return 'qwen' if short == 'minerva_math' else 'math_verify_eval'
 
 
 def pass_at_k(num_samples: int, num_correct: np.ndarray, k: int) -> np.ndarray:

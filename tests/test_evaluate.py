@@ -124,12 +124,12 @@ def test_graders_per_set():
   names += ['olympiadbench', 'aime_like', 'custom']
   assert [evaluate.grader_for(n, 'ada') for n in names] == ['ada'] * 6
   assert [evaluate.grader_for(n, 'reference') for n in names] == [
-    'math_verify_response',
+    'math_verify_eval',
     'qwen',
     'qwen',
-    'math_verify_response',
-    'math_verify_response',
-    'math_verify_response',
+    'math_verify_eval',
+    'math_verify_eval',
+    'math_verify_eval',
   ]
   with pytest.raises(ValueError, match='--graders'):
     evaluate.grader_for('math500', 'qwen')
@@ -141,7 +141,7 @@ def test_evaluate_workdir_writes_json_and_markdown(run, caplog):
   evaluate.main(_argv(run, run['workdir'], out, '--graders', 'reference'))
   report = json.loads((out / 'eval.json').read_text())
   assert report['graders'] == 'reference'
-  assert {r['grader'] for r in report['datasets'].values()} == {'math_verify_response'}
+  assert {r['grader'] for r in report['datasets'].values()} == {'math_verify_eval'}
   assert {'checkpoint', 'step', 'k', 'temperature', 'max_new_tokens'} <= set(report)
   assert report['k'] == 3 and report['temperature'] == 1.0
   assert report['max_new_tokens'] == 8

@@ -34,8 +34,6 @@ def test_math_verify_backend_in_the_pool():
   # The same calls in this process agree with the pool.
   pairs = zip(responses, references, strict=True)
   assert [backends.verify(r, f, 'math_verify') for r, f in pairs] == got.tolist()
-  # The reference's evaluation reads the whole response (no box needed).
-  assert backends.verify('so the answer is $0.5$', '\\frac12', 'math_verify_response')
   # Our hard deadline holds (Math-Verify's own SIGALRM timeout is off).
   verifier.reset_counters()
   late = verifier.verify_batch(
@@ -110,3 +108,25 @@ def test_select_prompts_filters_with_the_chosen_backend():
 )
 def test_qwen_style_grader(response, reference, expected):
   assert qwen.verify(response, reference) is expected
+
+
+@pytest.mark.parametrize(
+  'response, box',
+  [
+    ('so \\boxed{\\frac{1}{2}} done', '\\frac{1}{2}'),
+    ('first \\boxed{1} then \\boxed{\\boxed{3}}', '\\boxed{3}'),  # Last to close.
+    ('x \\boxed{2} }', ''),  # An unmatched brace empties it, as the reference.
+    ('the \\boxed 7 end', '7'),
+    ('\\boxed{4', ''),
+    ('no box: 3', ''),
+  ],
+)
+def test_reference_eval_box(response, box):
+  assert backends.reference_eval_box(response) == box
+
+
+def test_eval_grader_reads_the_last_box_not_the_whole_response():
+  # The reference's final eval/compute_score.py: last box, re-boxed.
+  assert backends.verify('so \\boxed{\\frac12}', '0.5', 'math_verify_eval')
+  assert not backends.verify('the answer is 3', '3', 'math_verify_eval')
+  assert not backends.verify('\\boxed{3} }', '3', 'math_verify_eval')

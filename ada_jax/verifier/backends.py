@@ -8,9 +8,13 @@
     response by a brace counter (``reference_last_box``), then both sides
     re-boxed and ``verify(parse(gold, [LaTeX]), parse(pred, [Expr, LaTeX]),
     6)``. A config may choose it (``verifier.backend``).
-  * ``math_verify_response``: the reference's evaluation of math500,
-    olympiadbench and aime_like (its ``eval/compute_score.py``): the same
-    calls on the whole response (Math-Verify finds the answer itself).
+  * ``math_verify_eval``: the reference's evaluation of math500,
+    olympiadbench and aime_like (its final ``eval/compute_score.py``): the
+    last box by its own brace-stack scan (``reference_eval_box``: the last
+    ``\boxed{...}`` to close; an unmatched ``}`` anywhere makes it empty;
+    ``\boxed 2`` without braces as a fallback), re-boxed, then the same
+    Math-Verify calls. (An earlier version of that file passed the whole
+    response to Math-Verify.)
   * ``qwen``: the reference's Minerva grader rebuilt on our safe parser
     (``qwen``): "answer is" / last-number fallback, 1e-4 relative tolerance.
 
@@ -27,16 +31,17 @@ from __future__ import annotations
 
 import functools
 import logging
+import re
 from typing import Any
 
 from ada_jax.verifier import grade, normalize
 
 ADA = 'ada'
 MATH_VERIFY = 'math_verify'
-MATH_VERIFY_RESPONSE = 'math_verify_response'
+MATH_VERIFY_EVAL = 'math_verify_eval'
 QWEN = 'qwen'
 BACKENDS = (ADA, MATH_VERIFY)  # what `verifier.backend` accepts
-GRADERS = (ADA, MATH_VERIFY, MATH_VERIFY_RESPONSE, QWEN)
+GRADERS = (ADA, MATH_VERIFY, MATH_VERIFY_EVAL, QWEN)
 EXTRA = "pip install -e '.[math_verify]'"
 _MV_PRECISION = 6  # math_metric's float_rounding
 
@@ -45,7 +50,7 @@ def check(backend: str) -> None:
   """Raises ValueError for an unknown grader, ImportError for a missing extra."""
   if backend not in GRADERS:
     raise ValueError(f'unknown verifier backend {backend!r}; use one of {GRADERS}')
-  if backend in (MATH_VERIFY, MATH_VERIFY_RESPONSE):
+  if backend in (MATH_VERIFY, MATH_VERIFY_EVAL):
     require()
 
 
@@ -71,7 +76,7 @@ def _math_verify() -> Any:
 
 def warm(backend: str) -> None:
   """Imports and runs the backend once (a worker does this before its items)."""
-  if backend in (MATH_VERIFY, MATH_VERIFY_RESPONSE):
+  if backend in (MATH_VERIFY, MATH_VERIFY_EVAL):
     _mv_equal('\\boxed{1}', '1')
   elif backend == QWEN:
     from ada_jax.verifier import qwen
@@ -101,6 +106,33 @@ def reference_last_box(response: str) -> str | None:
   return None
 
 
+_BARE_BOX = re.compile(r'\\boxed\s+([a-zA-Z0-9]+)')
+
+
+def reference_eval_box(response: str) -> str:
+  """The reference evaluation's extraction: the last ``\boxed{...}`` to close.
+
+  Scans every brace with a stack; a ``}`` with nothing open ends the scan
+  with '' (scored 0). Without a braced box, ``\boxed 2`` (letters and
+  digits) is taken. '' when there is none. Linear time.
+  """
+  found = None
+  opened: list[int] = []
+  for i, c in enumerate(response):
+    if c == '{':
+      opened.append(i)
+    elif c == '}':
+      if not opened:
+        return ''
+      start = opened.pop()
+      if response.endswith('\\boxed', 0, start):
+        found = response[start + 1 : i]
+  if found is not None:
+    return found
+  bare = _BARE_BOX.search(response)
+  return bare.group(1) if bare else ''
+
+
 def _mv_equal(pred_text: str, reference: str) -> bool:
   """``verify(parse(gold), parse(pred))`` as the reference's math_metric calls it."""
   math_verify, p = _math_verify()
@@ -123,7 +155,9 @@ def extract(response: str, backend: str) -> str | None:
     return normalize.extract(response)
   if backend == MATH_VERIFY:
     return reference_last_box(response)
-  return response  # math_verify_response and qwen read the whole response
+  if backend == MATH_VERIFY_EVAL:
+    return reference_eval_box(response)
+  return response  # qwen reads the whole response
 
 
 def equivalent(answer: str, reference: str, backend: str) -> bool:
@@ -136,9 +170,8 @@ def equivalent(answer: str, reference: str, backend: str) -> bool:
     return qwen.verify(answer, reference)
   grade.add_counts({'calls': 1})
   try:
-    if backend == MATH_VERIFY:
-      return _mv_equal('\\boxed{' + answer + '}', reference)
-    return _mv_equal(answer, reference)
+    # Both Math-Verify graders re-box the extracted answer.
+    return _mv_equal('\\boxed{' + answer + '}', reference)
   except Exception:  # a grader error scores 0, as in the reference
     return False
 
@@ -153,7 +186,7 @@ def verify(response: str, reference: str, backend: str) -> bool:
 
 def reference_parses(reference: str, backend: str) -> bool:
   """Whether ``backend`` can read the reference (prompt selection's filter)."""
-  if backend not in (MATH_VERIFY, MATH_VERIFY_RESPONSE):
+  if backend not in (MATH_VERIFY, MATH_VERIFY_EVAL):
     return grade.reference_parses(reference)
   math_verify, p = _math_verify()
   try:

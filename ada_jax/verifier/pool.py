@@ -8,7 +8,7 @@ one, and the item scores False. Workers come from a forkserver that preloaded
 the verifier and warmed sympy once (``warmup``: cheap, warm respawns, and no
 fork of a parent holding JAX threads). The parent extracts the boxed answer
 itself (linear time), so only short strings cross the pipes (graders that
-read the whole response get it all). The grader is ``backend``
+read the whole response, the Qwen-style one, get it all). The grader is ``backend``
 (``backends``: ours, or the reference's Math-Verify and Qwen-style graders,
 whose own signal timeouts are off: the kill is their deadline too). An item's
 clock starts when a ready worker takes it: a worker first reports that it
@@ -267,7 +267,7 @@ def verify_batch(
     timeout_s: hard per-item deadline in seconds.
     workers: number of worker processes (default: CPU count, at most 16).
     backend: the grader (``backends.GRADERS``): ``ada`` (ours), ``math_verify``
-      (the reference's reward), ``math_verify_response`` or ``qwen`` (the
+      (the reference's reward), ``math_verify_eval`` or ``qwen`` (the
       reference's evaluation graders). The pool restarts when it changes.
 
   Returns:
