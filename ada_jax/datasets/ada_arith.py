@@ -185,11 +185,7 @@ class AdaArith(tfds.core.GeneratorBasedBuilder):
   ]
 
   def _info(self) -> tfds.core.DatasetInfo:
-    return tfds.core.DatasetInfo(
-      builder=self,
-      description=__doc__,
-      features=schema.features(),
-    )
+    return schema.info(self, __doc__)
 
   def _split_generators(self, dl_manager):
     del dl_manager  # Nothing to download.

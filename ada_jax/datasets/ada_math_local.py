@@ -427,11 +427,7 @@ class AdaMathLocal(tfds.core.GeneratorBasedBuilder):
   )
 
   def _info(self) -> tfds.core.DatasetInfo:
-    return tfds.core.DatasetInfo(
-      builder=self,
-      description=__doc__,
-      features=schema.features(),
-    )
+    return schema.info(self, __doc__)
 
   def _split_generators(self, dl_manager):
     try:

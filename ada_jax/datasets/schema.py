@@ -32,3 +32,10 @@ def features() -> tfds.features.FeaturesDict:
       'level': np.int32,
     }
   )
+
+
+def info(builder: tfds.core.DatasetBuilder, description: str) -> tfds.core.DatasetInfo:
+  """A builder's DatasetInfo: its description and the shared `features`."""
+  return tfds.core.DatasetInfo(
+    builder=builder, description=description, features=features()
+  )
