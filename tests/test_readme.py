@@ -284,8 +284,8 @@ def help_outputs() -> dict[str, tuple[int | None, str]]:
   return out
 
 
-# One group: under xdist the module fixture runs every --help once, not per worker.
-@pytest.mark.xdist_group('readme_help')
+# Under xdist (--dist=loadfile) a module's tests share a worker: the module
+# fixture runs every --help once.
 @pytest.mark.parametrize(
   'command',
   [c for c in COMMANDS],

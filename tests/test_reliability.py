@@ -36,7 +36,8 @@ from ada_jax.rl import fit as fit_lib
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 CONFIG = str(ROOT / 'configs' / 'tiny_arith.py')
-pytestmark = pytest.mark.xdist_group('reliability')
+# One shared reference run: pytest runs with --dist=loadfile (pyproject), so
+# this module's tests share a worker and the run is made once.
 # Fields that differ between a run and its interrupted-and-resumed twin.
 TIMING = ('time_sample_s', 'time_verify_s', 'time_update_s', 'time_step_s')
 UNSTABLE = (*TIMING, 'tokens_per_s', 'num_compiles')
