@@ -575,6 +575,7 @@ def compiled_phases(
   the last two on the params in their own dtype, evaluation at
   `shapes.eval_new_tokens`.
   """
+  from ada_jax import sampler
   from ada_jax.rl import update
 
   s = shapes
@@ -590,26 +591,35 @@ def compiled_phases(
       out[phase] = compile_update(config, s, mesh, settings)
     elif phase == 'old_logp':
       out[phase] = compile_old_logp(config, s, mesh, s.logit_chunk)
-    elif phase in ('sampling', 'pass_rates', 'evaluation', 'selection'):
+    elif phase == 'sampling':
+      out[phase] = compile_round(
+        config,
+        mesh,
+        prompts=s.prompts,
+        prompt_len=s.prompt_len,
+        slots=s.slots,
+        new_tokens=s.new_tokens,
+      )
+    elif phase in ('pass_rates', 'evaluation', 'selection'):
       new = s.eval_new_tokens or s.new_tokens if phase == 'evaluation' else s.new_tokens
-      # The chunks of scoring.sample_and_score: S // k prompts and their k
-      # samples in one round, or (k = 1) S prompts in an aligned round.
-      ks = {'sampling': [], 'evaluation': [1], 'selection': [s.histogram_k]}.get(
+      # The chunks of scoring.sample_and_score (sampler.prompts_per_round):
+      # the larger one's program where the phase runs two.
+      ks = {'evaluation': [1], 'selection': [s.histogram_k]}.get(
         phase, [s.histogram_k] + ([1] if s.greedy_eval else [])
       )
       runs = []
-      for k in ks or [0]:
-        per = s.slots // k if 1 < k <= s.slots else s.slots
+      for k in ks:
+        per = sampler.prompts_per_round(s.slots, k)
         runs.append(
           compile_round(
             config,
             mesh,
-            prompts=s.prompts if phase == 'sampling' else per,
+            prompts=per,
             prompt_len=s.prompt_len,
             slots=s.slots,
             new_tokens=new,
-            cast=phase in ('sampling', 'pass_rates'),
-            aligned=phase != 'sampling' and per == s.slots,
+            cast=phase == 'pass_rates',
+            aligned=per == s.slots,
           )
         )
       out[phase] = max(runs, key=lambda r: r.total)

@@ -347,6 +347,16 @@ def eos_array(eos_ids: Sequence[int] | Array) -> np.ndarray:
   return np.pad(ids, (0, MAX_EOS_IDS - ids.size), constant_values=-1)
 
 
+def prompts_per_round(slots: int, k: int) -> int:
+  """Prompts whose k samples one round of `slots` slots scores.
+
+  k > 1: slots // k prompts, their k samples side by side (the RL round's
+  shape). k = 1 (or k > slots): `slots` prompts, one sample each, slot i
+  continuing prompt i (an aligned round, run k times).
+  """
+  return slots // k if 1 < k <= slots else slots
+
+
 def sample_round(
   model: model_lib.Transformer,
   prompt_cache: PromptCache,

@@ -71,6 +71,7 @@ from jax.sharding import AbstractMesh
 
 from ada_jax import attention as attention_lib
 from ada_jax import model as model_lib
+from ada_jax import sampler
 from ada_jax import sharding as sharding_lib
 
 GIB = 1024**3
@@ -478,7 +479,7 @@ def plan(
     # (prompt cache, round) of one chunk of scoring.sample_and_score: S // k
     # prompts and their k samples in one round, or (k = 1) S prompts in an
     # aligned round.
-    per = s.slots // k if 1 < k <= s.slots else s.slots
+    per = sampler.prompts_per_round(s.slots, k)
     kv, other = round_program(per, s.slots, new, aligned=per == s.slots)
     return prompt_cache(per), kv + other
 

@@ -177,7 +177,7 @@ def sample_and_score(
   # (or k > S): S prompts per chunk and k aligned rounds, slot i continuing
   # prompt i (no gather). Either way no device holds more than the RL round
   # does of the prompt cache, or one chunk's own rows.
-  per = slots // k if 1 < k <= slots else slots
+  per = sampler.prompts_per_round(slots, k)
   reps = k if per < slots else 1
   chunks = progress_lib.progress(
     range(0, q, per),
