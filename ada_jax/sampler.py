@@ -210,6 +210,61 @@ def _choose(
   return token, logp
 
 
+def next_token(
+  logits: Array, rng: Array, step, temperature, top_p, top_k
+) -> tuple[Array, Array]:
+  """Column `step`'s tokens [S] and logprobs from its logits [S, V].
+
+  The token choice of the decode loop (exposed for benchmarks/sampler.py,
+  which times it on its own).
+  """
+  return _choose(logits, jax.random.fold_in(rng, step), temperature, top_p, top_k)
+
+
+def decode_step(
+  model: model_lib.Transformer,
+  cache: model_lib.KVCache,
+  prev: Array,
+  start_pos: Array,
+  i,
+  p: int,
+  rng: Array,
+  temperature,
+  top_p,
+  top_k,
+) -> tuple[Array, Array, model_lib.KVCache]:
+  """Decode step i >= 1: the model on the previous tokens, then column i's tokens.
+
+  The body of the decode loop (exposed for benchmarks/sampler.py, which
+  times it on its own at chosen cache positions).
+
+  Args:
+    model: the policy.
+    cache: the round's cache [S, G, P + N, K] per layer.
+    prev: int [S], column i - 1's tokens, written at cache index p + i - 1.
+    start_pos: int [S], each slot's prompt length (RoPE position of column 0).
+    i: int scalar, the column to choose.
+    p: P, the prompt bucket.
+    rng: the round's key.
+    temperature: fp32 [S], 0 = greedy.
+    top_p: fp32 [S].
+    top_k: int [S].
+
+  Returns:
+    (tokens [S], fp32 logprobs [S], the cache with column i - 1 written).
+  """
+  s = prev.shape[0]
+  logits, cache = model(
+    prev[:, None],
+    (start_pos + i - 1)[:, None],
+    cache,
+    p + i - 1,
+    jnp.ones((s, 1), jnp.int32),
+  )
+  tok, lp = next_token(logits[:, 0], rng, i, temperature, top_p, top_k)
+  return tok, lp, cache
+
+
 @functools.partial(jax.jit, static_argnums=(0, 1, 4, 11))
 def _round_jit(
   graphdef,
@@ -264,13 +319,7 @@ def _round_jit(
     rows(pc.last_logits),
     _logits_sharding(mesh, s, model.config.vocab_size),
   )
-  tok0, lp0 = _choose(
-    first,
-    jax.random.fold_in(rng, 0),
-    temperature,
-    top_p,
-    top_k,
-  )
+  tok0, lp0 = next_token(first, rng, 0, temperature, top_p, top_k)
   tokens = _constrain(jnp.zeros((s, n), jnp.int32).at[:, 0].set(tok0), sh2)
   logps = _constrain(jnp.zeros((s, n), jnp.float32).at[:, 0].set(lp0), sh2)
   # alive[s]: the slot has not emitted EOS before the current column.
@@ -285,15 +334,8 @@ def _round_jit(
 
   def body(carry):
     i, cache, tokens, logps, mask, done, prev = carry
-    logits, cache = model(
-      prev[:, None],
-      (start_pos + i - 1)[:, None],
-      cache,
-      p + i - 1,
-      jnp.ones((s, 1), jnp.int32),
-    )
-    tok, lp = _choose(
-      logits[:, 0], jax.random.fold_in(rng, i), temperature, top_p, top_k
+    tok, lp, cache = decode_step(
+      model, cache, prev, start_pos, i, p, rng, temperature, top_p, top_k
     )
     alive = ~done
     tok = jnp.where(alive, tok, 0)

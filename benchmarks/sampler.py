@@ -79,6 +79,8 @@ NEW_TOKENS = 64
 CASE_A = dict(width=32, min_len=16, max_len=32, rows=(64, 256))
 CASE_B = dict(prompts=64, width=256, rounds=4, samples=8)
 SANITY_ROWS, SANITY_NEW = 8, 8
+LONG = dict(prompts=64, width=256, new_tokens=512)
+PROFILE_REPEATS = 15
 TARGET_A, TARGET_B = 1.3, 2.0
 
 
@@ -313,6 +315,358 @@ def run_tunix(
 
 
 # ----------------------------------------------------------------------------
+# Ours only: where a decode step's time goes, and a long response's steps.
+
+
+def _best_of(fn: Callable[[], Any], repeats: int) -> float:
+  """Best wall time of fn() (blocked on its result) after one warm-up call."""
+  import jax
+
+  jax.block_until_ready(fn())
+  best = float('inf')
+  for _ in range(repeats):
+    t0 = time.perf_counter()
+    jax.block_until_ready(fn())
+    best = min(best, time.perf_counter() - t0)
+  return best
+
+
+class _Round:
+  """One round's decode state at column i, built as `sampler._round_jit` does.
+
+  The prompt cache comes from the real `sampler.prefill`; the slot cache is
+  its rows gathered per slot and padded with N empty columns, with columns
+  0..i-2 of the continuation marked written (cache validity is what decides
+  which keys a query sees). The K/V values of those columns are the padding's
+  zeros: a step's cost does not depend on them.
+  """
+
+  def __init__(self, model, tokens, mask, slot_prompt, n: int):
+    import jax
+    import jax.numpy as jnp
+
+    from ada_jax import sampler
+
+    self.model, self.n = model, n
+    self.slot_prompt = np.asarray(slot_prompt, np.int32)
+    self.pc = sampler.prefill(model, tokens, mask)
+    self.s = len(self.slot_prompt)
+    self.p = tokens.shape[1]
+    idx = jnp.asarray(np.maximum(self.slot_prompt, 0))
+    self.start_pos = jnp.take(self.pc.lengths, idx)
+    self.prev = jnp.zeros((self.s,), jnp.int32)
+    self.knobs = tuple(
+      jnp.full((self.s,), v, d)
+      for v, d in ((1.0, jnp.float32), (1.0, jnp.float32), (0, jnp.int32))
+    )
+    self.rng = jax.random.key(0)
+    pad4 = ((0, 0), (0, 0), (0, n), (0, 0))
+    self._k = tuple(jnp.pad(jnp.take(x, idx, axis=0), pad4) for x in self.pc.k)
+    self._v = tuple(jnp.pad(jnp.take(x, idx, axis=0), pad4) for x in self.pc.v)
+    self._valid = jnp.pad(jnp.take(self.pc.valid, idx, axis=0), ((0, 0), (0, n)))
+
+  def cache(self, i: int):
+    """A fresh KVCache for step i (fresh buffers: the step donates them)."""
+    import jax.numpy as jnp
+
+    from ada_jax import model as model_lib
+
+    valid = self._valid.at[:, self.p : self.p + i - 1].set(True)
+    return model_lib.KVCache(
+      tuple(jnp.array(x) for x in self._k), tuple(jnp.array(x) for x in self._v), valid
+    )
+
+  def step_fn(self):
+    """The jitted decode step (`sampler.decode_step`), the cache donated.
+
+    Donated like the loop's carry, so the cache writes are in place as in the
+    loop and not a copy of the whole cache per call.
+    """
+    import functools
+
+    import jax
+    from flax import nnx
+
+    from ada_jax import sampler
+
+    graphdef, state = nnx.split(self.model)
+    p = self.p
+
+    @functools.partial(jax.jit, donate_argnums=1)
+    def step(state, cache, prev, start_pos, i, rng, temperature, top_p, top_k):
+      model = nnx.merge(graphdef, state)
+      return sampler.decode_step(
+        model, cache, prev, start_pos, i, p, rng, temperature, top_p, top_k
+      )
+
+    return functools.partial(step, state)
+
+  def step_time(self, i: int, repeats: int) -> float:
+    """Best time of one decode step at column i (cache donated and fed back)."""
+    import jax.numpy as jnp
+
+    step = self.step_fn()
+    carry = {'cache': self.cache(i)}
+    col = jnp.int32(i)
+
+    def call():
+      tok, lp, carry['cache'] = step(
+        carry['cache'], self.prev, self.start_pos, col, self.rng, *self.knobs
+      )
+      return tok, lp
+
+    return _best_of(call, repeats)
+
+
+def profile_pieces(r: _Round, i: int, repeats: int) -> dict[str, float]:
+  """Seconds per decode step of each piece at column i, timed in isolation.
+
+  Each piece is jitted on its own with the shapes and dtypes of the decode
+  loop's step (S slots, one query token, the [S, G, P + N, K] cache):
+    proj+MLP   per layer: norms, Q/K/V projections, RoPE, output projection,
+               SwiGLU MLP (the attention output replaced by Q, same shape);
+    attention  the dense decode attention of every layer over the whole cache
+               (attention_lib.attend with the step's mask);
+    cache      the K/V writes of every layer and the validity write (cache
+               donated: in place, as in the loop);
+    LM head    final norm and logits [S, V];
+    sampling   `sampler.next_token`: temperature, log-probabilities, top-p /
+               top-k switch, random numbers, the draw;
+    step       `sampler.decode_step` (the loop's body minus its bookkeeping);
+    loop       one round of the real `sample_round` / (N - 1), its gather,
+               first token and bookkeeping included.
+  Pieces are timed apart, so XLA fuses less across them than in the step:
+  'other' = step - sum of pieces may come out negative.
+  """
+  import functools
+
+  import jax
+  import jax.numpy as jnp
+  from flax import nnx
+
+  from ada_jax import attention as attention_lib
+  from ada_jax import model as model_lib
+  from ada_jax import sampler
+
+  model = r.model
+  c = model.config
+  dt = c.dtype
+  graphdef, state = nnx.split(model)
+  s, w = r.s, r.p + i - 1
+  keys = jax.random.split(jax.random.key(1), 4)
+  x = jax.random.normal(keys[0], (s, 1, c.hidden_size), jnp.float32).astype(dt)
+  q = jax.random.normal(keys[1], (s, 1, c.num_heads, c.head_dim), jnp.float32).astype(
+    dt
+  )
+  new_kv = jax.random.normal(
+    keys[2], (s, c.num_kv_heads, 1, c.head_dim), jnp.float32
+  ).astype(dt)
+  positions = (r.start_pos + i - 1)[:, None]
+  windex = jnp.int32(w)
+  cache = r.cache(i)
+  impl = attention_lib.resolve(c.attention, 1, cache.valid.shape[-1])
+
+  @jax.jit
+  def proj_mlp(state, x, positions):
+    m = nnx.merge(graphdef, state)
+    inv_freq = model_lib.rope_inv_freq(c)
+    kvs = []
+    for layer in m.layers:
+      a = layer.attn
+      h = layer.attn_norm(x)
+      qh = jnp.einsum('btd,dhk->bthk', h, a.q[...].astype(dt))
+      kh = jnp.einsum('btd,dgk->btgk', h, a.k[...].astype(dt))
+      vh = jnp.einsum('btd,dgk->btgk', h, a.v[...].astype(dt))
+      if c.qkv_bias:
+        qh = qh + a.q_bias[...].astype(dt)
+        kh = kh + a.k_bias[...].astype(dt)
+        vh = vh + a.v_bias[...].astype(dt)
+      if c.qk_norm:
+        qh, kh = a.q_norm(qh), a.k_norm(kh)
+      qh = model_lib.apply_rope(qh, positions, inv_freq)
+      kvs.append((model_lib.apply_rope(kh, positions, inv_freq), vh))
+      y = jnp.einsum('bthk,hkd->btd', qh, a.o[...].astype(dt))
+      if c.o_bias:
+        y = y + a.o_bias[...].astype(dt)
+      x = x + y
+      x = x + layer.mlp(layer.mlp_norm(x))
+    return x, kvs
+
+  @jax.jit
+  def attention(q, k, v, valid, windex):
+    query_index = jnp.full((s, 1), windex, jnp.int32)
+    mask = attention_lib.make_mask(query_index, valid, impl)
+    return [
+      attention_lib.attend(q, kl, vl, mask, impl, dt)
+      for kl, vl in zip(k, v, strict=True)
+    ]
+
+  @functools.partial(jax.jit, donate_argnums=0)
+  def cache_write(cache, new_kv, windex):
+    def put(x):
+      return model_lib.write_cache(x, new_kv, windex, axis=2)
+
+    valid = model_lib.write_cache(cache.valid, jnp.ones((s, 1), jnp.bool_), windex)
+    return model_lib.KVCache(
+      tuple(put(x) for x in cache.k), tuple(put(x) for x in cache.v), valid
+    )
+
+  @jax.jit
+  def lm_head(state, x):
+    m = nnx.merge(graphdef, state)
+    return m.project(m.final_norm(x))
+
+  @jax.jit
+  def sampling(logits, rng, col, temperature, top_p, top_k):
+    return sampler.next_token(logits, rng, col, temperature, top_p, top_k)
+
+  logits = lm_head(state, x)[:, 0]
+  col = jnp.int32(i)
+  written = {'cache': r.cache(i)}
+
+  def write():
+    written['cache'] = cache_write(written['cache'], new_kv, windex)
+    return written['cache']
+
+  out = {
+    'proj+MLP': _best_of(lambda: proj_mlp(state, x, positions), repeats),
+    'attention': _best_of(
+      lambda: attention(q, cache.k, cache.v, cache.valid, windex), repeats
+    ),
+    'cache writes': _best_of(write, repeats),
+    'LM head': _best_of(lambda: lm_head(state, x), repeats),
+    'sampling': _best_of(lambda: sampling(logits, r.rng, col, *r.knobs), repeats),
+  }
+  noop = jax.jit(lambda a: a + 1)
+  small = jnp.zeros((s,), jnp.int32)
+  out['dispatch'] = _best_of(lambda: noop(small), repeats)
+  out['step'] = r.step_time(i, repeats)
+  return out
+
+
+def round_step_time(r: _Round, repeats: int) -> float:
+  """One real `sample_round` over the round's slots / (N - 1) decode steps."""
+  import jax
+
+  from ada_jax import sampler
+
+  aligned = r.s == len(r.pc.lengths) and (r.slot_prompt == np.arange(r.s)).all()
+
+  def call():
+    return sampler.sample_round(
+      r.model,
+      r.pc,
+      r.slot_prompt,
+      max_new_tokens=r.n,
+      rng=jax.random.key(0),
+      temperature=1.0,
+      aligned=bool(aligned),
+    )
+
+  return _best_of(call, max(1, repeats // 5)) / (r.n - 1)
+
+
+def run_profile(
+  model_dir: str, data: dict[str, np.ndarray], args: argparse.Namespace
+) -> dict[str, Any]:
+  """Per-piece decode-step times for case A (B=64) and the RL case."""
+  from ada_jax import hf
+
+  model = hf.load_model(model_dir)
+  b = CASE_B
+  cases = {
+    f'A: B=64, P={CASE_A["width"]}, N={NEW_TOKENS}': (
+      data['a64_tokens'],
+      data['a64_mask'],
+      np.arange(64),
+    ),
+    f'RL: {b["prompts"]}x{b["samples"]} slots, P={b["width"]}, N={NEW_TOKENS}': (
+      data['b_tokens'],
+      data['b_mask'],
+      np.repeat(np.arange(b['prompts']), b['samples']),
+    ),
+  }
+  res = {}
+  for name, (tok, mask, slot_prompt) in cases.items():
+    log(f'ours: profile, {name}')
+    r = _Round(model, tok, mask, slot_prompt, NEW_TOKENS)
+    res[name] = profile_pieces(r, NEW_TOKENS // 2, args.profile_repeats)
+    res[name]['loop'] = round_step_time(r, args.profile_repeats)
+  return res
+
+
+def print_profile(prof: dict[str, Any]) -> None:
+  pieces = ('proj+MLP', 'attention', 'cache writes', 'LM head', 'sampling')
+  for name, t in prof.items():
+    step, loop = t['step'], t['loop']
+    print(f'\ndecode step profile, {name} (column N/2; best of repeats, ms/step):')
+    print(f'  {"piece":<34} {"ms/step":>8} {"share":>7}')
+    for piece in pieces:
+      print(f'  {piece:<34} {t[piece] * 1e3:>8.3f} {t[piece] / loop:>7.1%}')
+    other = step - sum(t[piece] for piece in pieces)
+    print(
+      f'  {"other in the step (step - pieces)":<34} {other * 1e3:>8.3f} {other / loop:>7.1%}'
+    )
+    print(
+      f'  {"loop overhead (loop - step)":<34} {(loop - step) * 1e3:>8.3f} {(loop - step) / loop:>7.1%}'
+    )
+    print(f'  {"= loop: real round / (N - 1)":<34} {loop * 1e3:>8.3f} {1:>7.1%}')
+    print(
+      f'  (step alone, `decode_step` jitted: {step * 1e3:.3f} ms; one jitted no-op'
+      f' call: {t["dispatch"] * 1e3:.3f} ms, paid by every piece)'
+    )
+
+
+def run_long(
+  model_dir: str, data: dict[str, np.ndarray], args: argparse.Namespace
+) -> dict[str, Any]:
+  """The long response: overall tokens/s, and of the first and last quarter's steps."""
+  import jax
+
+  from ada_jax import hf, sampler
+
+  model = hf.load_model(model_dir)
+  tok, mask, n = data['long_tokens'], data['long_mask'], LONG['new_tokens']
+  s = len(tok)
+
+  def call(seed: int) -> int:
+    out = sampler.sample(
+      model, tok, mask, max_new_tokens=n, rng=jax.random.key(seed), temperature=1.0
+    )
+    return int(np.asarray(jax.block_until_ready(out).lengths).sum())
+
+  log('ours: long response, whole rounds')
+  res: dict[str, Any] = {'overall': timed(call, args.rl_repeats)}
+  r = _Round(model, tok, mask, np.arange(s), n)
+  for name, first in (('first quarter', 1), ('last quarter', 1 + 3 * n // 4)):
+    cols = [first + (2 * j + 1) * n // 32 for j in range(4)]
+    log(f'ours: long response, steps at columns {cols}')
+    times = [r.step_time(i, args.profile_repeats) for i in cols]
+    res[name] = {'columns': cols, 'step_s': times, 'tok_s': s / float(np.mean(times))}
+  return res
+
+
+def print_long(res: dict[str, Any]) -> None:
+  cfg = LONG
+  o = res['overall']
+  best = min(o['times'])
+  print(
+    f'\nlong response (ours): {cfg["prompts"]} prompts, P={cfg["width"]}, N={cfg["new_tokens"]},'
+    f' no early stop'
+  )
+  print(
+    f'  overall (`sample`, prefill included): {o["tokens"] / best:8.0f} tok/s'
+    f' ({best:.2f} s for {o["tokens"]} tokens)'
+  )
+  for name in ('first quarter', 'last quarter'):
+    q = res[name]
+    print(
+      f'  {name} (`decode_step` at columns {q["columns"]}): {q["tok_s"]:8.0f} tok/s'
+      f' (step {np.mean(q["step_s"]) * 1e3:.2f} ms)'
+    )
+
+
+# ----------------------------------------------------------------------------
 # Report.
 
 SYSTEMS = ('ours', 'tunix', 'transformers')
@@ -429,9 +783,12 @@ def make_inputs(args: argparse.Namespace) -> dict[str, np.ndarray]:
     data[f'a{rows}_tokens'], data[f'a{rows}_mask'] = left_padded(
       rs, rows, a['width'], a['min_len'], a['max_len']
     )
-  if not args.skip_rl:
+  if not args.skip_rl or args.profile:
     w = b['width']
     data['b_tokens'], data['b_mask'] = left_padded(rs, b['prompts'], w, w, w)
+  if not args.skip_long:
+    w = LONG['width']
+    data['long_tokens'], data['long_mask'] = left_padded(rs, LONG['prompts'], w, w, w)
   data['sanity_tokens'] = data[f'a{args.rows[0]}_tokens'][:SANITY_ROWS]
   data['sanity_mask'] = data[f'a{args.rows[0]}_mask'][:SANITY_ROWS]
   return data
@@ -446,6 +803,19 @@ def main(argv: list[str]) -> None:
   p.add_argument('--rl-repeats', type=int, default=1, help='timed runs, case B')
   p.add_argument('--tunix-python', default=None, help='python of the tunix venv')
   p.add_argument('--json', default=None, help='write all figures to this file')
+  p.add_argument(
+    '--ours-only', action='store_true', help='no tunix, no transformers (no sanity)'
+  )
+  p.add_argument('--skip-long', action='store_true', help='no long-response case')
+  p.add_argument(
+    '--profile', action='store_true', help='per-piece decode step times (ours)'
+  )
+  p.add_argument(
+    '--profile-repeats',
+    type=int,
+    default=PROFILE_REPEATS,
+    help='timed calls per piece / step (best taken)',
+  )
   args = p.parse_args(argv)
   if args.repeats is None:
     args.repeats = 1 if args.quick else 3
@@ -470,6 +840,7 @@ def main(argv: list[str]) -> None:
 
   raw: dict[str, Any] = {}
   tunix_line = 'tunix: skipped (--skip-tunix)'
+  args.skip_tunix |= args.ours_only
   exe = None if args.skip_tunix else tunix_python(args)
   if exe and not os.path.exists(exe):
     tunix_line = (
@@ -490,13 +861,18 @@ def main(argv: list[str]) -> None:
         f' {raw["tunix"]["tunix_path"]}, run by {exe}'
       )
 
-  raw['transformers'] = run_transformers(model_dir, data, args)
+  if not args.ours_only:
+    raw['transformers'] = run_transformers(model_dir, data, args)
   try:
     from ada_jax import sampler  # noqa: F401
   except ImportError as e:
     log(f'ours: not measured ({e})')
   else:
     raw['ours'] = run_ours(model_dir, data, args)
+    if not args.skip_long:
+      raw['long'] = run_long(model_dir, data, args)
+    if args.profile:
+      raw['profile'] = run_profile(model_dir, data, args)
   peak = max(peak, matmul_peak())  # once more at the end: the better of the two
   log('done')
 
@@ -528,16 +904,17 @@ def main(argv: list[str]) -> None:
     f' cores = CPU s / wall s of that run'
   )
 
-  print(f'\nsanity vs transformers, first {SANITY_ROWS} rows of case A:')
-  ref = raw['transformers']
-  if raw.get('tunix'):
+  ref = raw.get('transformers') or {}
+  if ref:
+    print(f'\nsanity vs transformers, first {SANITY_ROWS} rows of case A:')
+  if raw.get('tunix') and ref:
     got = raw['tunix']['sanity']
     diff = float(np.abs(np.asarray(got['last_logits']) - ref['last_logits']).max())
     print(f'  tunix: last-prompt-token logits max |diff| {diff:.1e}')
     print(
       f'  tunix: {SANITY_NEW} greedy tokens, {agreement(ref["greedy"], got["greedy"])}'
     )
-  if raw.get('ours'):
+  if raw.get('ours') and ref:
     print(
       f'  ours:  {SANITY_NEW} greedy tokens, {agreement(ref["greedy"], raw["ours"]["greedy"])}'
     )
@@ -549,6 +926,10 @@ def main(argv: list[str]) -> None:
         (raw.get(system) or {}).get(case), n_params, peak
       )
   ratios = report(figures, args)
+  if raw.get('long'):
+    print_long(raw['long'])
+  if raw.get('profile'):
+    print_profile(raw['profile'])
 
   if args.json:
     with open(args.json, 'w') as f:
@@ -557,6 +938,9 @@ def main(argv: list[str]) -> None:
         'params': n_params,
         'figures': figures,
         'ratios': ratios,
+        'long': raw.get('long'),
+        'profile': raw.get('profile'),
+        'load_average': os.getloadavg(),
       }
       json.dump(out, f, indent=1)
   tmp.cleanup()
