@@ -16,6 +16,13 @@ read (never donated), so every round of the step reuses it.
 Sampling knobs are traced arrays: temperature, top_p and top_k per slot [S],
 EOS ids padded to MAX_EOS_IDS. Changing them, or the slot assignment, never
 recompiles; S, the prompt bucket P and the generation length N fix the shapes.
+One static switch: `filter_logits=False` (a run whose config turns top-p and
+top-k off, `needs_filter`) compiles the round without their filter and its
+vocab sort.
+
+Drawing a token costs no random number per vocab entry: two uniforms per slot
+invert the CDF of softmax(logits / T), first over blocks of the vocab, then
+inside the chosen block (see `_choose`).
 
 Log-probabilities: `logprobs[s, t]` is the fp32 log-probability of the
 sampled token under softmax(logits / temperature) over the FULL vocabulary,
@@ -34,6 +41,7 @@ Dimension legend:
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
@@ -176,8 +184,22 @@ def prefill(
   )
 
 
-def _filter_logits(scaled: Array, top_p: Array, top_k: Array) -> Array:
-  """-inf outside each row's top-k / nucleus set; scaled logits [S, V]."""
+# The vocab is drawn from in (up to) this many blocks: a block, then a token in
+# it (see `_choose`).
+VOCAB_BLOCKS = 128
+
+
+def needs_filter(top_p: float, top_k: int) -> bool:
+  """Whether knobs with these values need the top-p / top-k filter compiled.
+
+  The callers' static `filter_logits`: a run whose config turns both off
+  (top_p = 1, top_k = 0) compiles a round without the filter's vocab sort.
+  """
+  return float(top_p) < 1.0 or int(top_k) > 0
+
+
+def _filter_floor(scaled: Array, top_p: Array, top_k: Array) -> Array:
+  """Each row's smallest kept scaled logit [S] under its top-k / nucleus set."""
   v = scaled.shape[-1]
   sorted_desc = -jnp.sort(-scaled, axis=-1)
   rank = jnp.arange(v, dtype=jnp.int32)[None, :]
@@ -188,37 +210,93 @@ def _filter_logits(scaled: Array, top_p: Array, top_k: Array) -> Array:
   before = jnp.cumsum(probs, axis=-1) - probs
   keep = in_k & ((before < top_p[:, None]) | (rank == 0))
   n_keep = jnp.sum(keep, axis=-1)
-  threshold = jnp.take_along_axis(sorted_desc, (n_keep - 1)[:, None], axis=-1)
-  return jnp.where(scaled >= threshold, scaled, -jnp.inf)
+  return jnp.take_along_axis(sorted_desc, (n_keep - 1)[:, None], axis=-1)[:, 0]
+
+
+def _invert_cdf(mass: Array, u: Array) -> Array:
+  """Index [S] whose cumulative mass first exceeds u * total; mass [S, n] >= 0."""
+  cdf = jnp.cumsum(mass, axis=-1)
+  below = jnp.sum(cdf <= u[:, None] * cdf[:, -1:], axis=-1)
+  return jnp.minimum(below, mass.shape[-1] - 1).astype(jnp.int32)
 
 
 def _choose(
-  logits: Array, key: Array, temperature, top_p, top_k
+  logits: Array,
+  u: Array,
+  temperature: Array,
+  top_p: Array,
+  top_k: Array,
+  filter_logits: bool = True,
 ) -> tuple[Array, Array]:
-  """Next token [S] and its fp32 logprob under softmax(logits / T) (full vocab)."""
+  """Next token [S] and its fp32 logprob under softmax(logits / T) (full vocab).
+
+  The draw inverts the CDF of softmax(logits / T) (restricted to the top-p /
+  top-k set) with two uniforms per slot, u [S, 2], in two levels: the vocab
+  [V] is viewed as [VB, V / VB] blocks (VB = gcd(V, VOCAB_BLOCKS)); u[:, 0]
+  picks a block by the blocks' masses, u[:, 1] a token inside it. Per token
+  this is one exp, a block sum and a max over the vocab, no random number
+  per vocab entry (Gumbel-max drew V of them) and no cumulative sum over V
+  (only over VB blocks and one block's V / VB entries). A block is a
+  contiguous slice of the vocab: with the vocab split over the tensor axis
+  (VB a multiple of its size) each block lies on one shard. Each level resolves its
+  uniform's 2^-23 steps separately, so a token's probability is exact to
+  about 2^-23 of its block's mass, not of the whole distribution's. Where
+  fp32 rounding in the cumulative sums would land on a token of zero mass (a
+  filtered one, or an underflowed exp; of the order of 2^-23 of draws at
+  most), the row's most likely token is taken instead.
+
+  The logprob is the token's scaled logit minus the log-sum-exp of the full
+  scaled vocab: no [S, V] log-softmax is formed.
+
+  filter_logits (static): False compiles no top-p / top-k filter (the knobs
+  must then be off); True filters under a `lax.cond` on the traced knobs.
+  """
+  s, v = logits.shape
+  nb = math.gcd(v, VOCAB_BLOCKS)
   greedy = temperature <= 0
   t = jnp.where(greedy, 1.0, temperature)[:, None]
   scaled = logits / t
-  logp_all = jax.nn.log_softmax(scaled, axis=-1)
-  needs_filter = jnp.any((top_p < 1.0) | (top_k > 0))
-  draw_from = jax.lax.cond(
-    needs_filter, lambda: _filter_logits(scaled, top_p, top_k), lambda: scaled
-  )
-  sampled = jax.random.categorical(key, draw_from, axis=-1)
-  token = jnp.where(greedy, jnp.argmax(logits, axis=-1), sampled).astype(jnp.int32)
-  logp = jnp.take_along_axis(logp_all, token[:, None], axis=-1)[:, 0]
+  top = jnp.max(scaled, axis=-1, keepdims=True)
+  weight = jnp.exp(scaled - top)  # [S, V], the top token's is 1
+  log_z = top[:, 0] + jnp.log(jnp.sum(weight, axis=-1))
+  if filter_logits:
+    floor = jax.lax.cond(
+      jnp.any((top_p < 1.0) | (top_k > 0)),
+      lambda: _filter_floor(scaled, top_p, top_k),
+      lambda: jnp.full((s,), -jnp.inf, scaled.dtype),
+    )
+    weight = jnp.where(scaled >= floor[:, None], weight, 0.0)
+  blocks = weight.reshape(s, nb, v // nb)
+  block = _invert_cdf(jnp.sum(blocks, axis=-1), u[:, 0])
+  inside = jnp.take_along_axis(blocks, block[:, None, None], axis=1)[:, 0]
+  j = _invert_cdf(inside, u[:, 1])
+  has_mass = jnp.take_along_axis(inside, j[:, None], axis=-1)[:, 0] > 0
+  mode = jnp.argmax(logits, axis=-1)
+  sampled = jnp.where(has_mass, block * (v // nb) + j, mode)
+  token = jnp.where(greedy, mode, sampled).astype(jnp.int32)
+  logp = jnp.take_along_axis(scaled, token[:, None], axis=-1)[:, 0] - log_z
   return token, logp
 
 
 def next_token(
-  logits: Array, rng: Array, step, temperature, top_p, top_k
+  logits: Array,
+  rng: Array,
+  step,
+  temperature: Array,
+  top_p: Array,
+  top_k: Array,
+  filter_logits: bool = True,
 ) -> tuple[Array, Array]:
   """Column `step`'s tokens [S] and logprobs from its logits [S, V].
 
-  The token choice of the decode loop (exposed for benchmarks/sampler.py,
-  which times it on its own).
+  The uniforms of slot s at column `step` are element s of one [S, 2] draw
+  under fold_in(rng, step): with JAX's partitionable threefry (the default)
+  each element comes from its own counter, so the stream does not depend on
+  how the slots are sharded. The token choice of the decode loop (exposed
+  for benchmarks/sampler.py, which times it on its own).
   """
-  return _choose(logits, jax.random.fold_in(rng, step), temperature, top_p, top_k)
+  u = jax.random.uniform(jax.random.fold_in(rng, step), (logits.shape[0], 2))
+  return _choose(logits, u, temperature, top_p, top_k, filter_logits)
 
 
 def decode_step(
@@ -232,6 +310,7 @@ def decode_step(
   temperature,
   top_p,
   top_k,
+  filter_logits: bool = True,
 ) -> tuple[Array, Array, model_lib.KVCache]:
   """Decode step i >= 1: the model on the previous tokens, then column i's tokens.
 
@@ -249,6 +328,7 @@ def decode_step(
     temperature: fp32 [S], 0 = greedy.
     top_p: fp32 [S].
     top_k: int [S].
+    filter_logits: static, see `_choose`.
 
   Returns:
     (tokens [S], fp32 logprobs [S], the cache with column i - 1 written).
@@ -261,11 +341,11 @@ def decode_step(
     p + i - 1,
     jnp.ones((s, 1), jnp.int32),
   )
-  tok, lp = next_token(logits[:, 0], rng, i, temperature, top_p, top_k)
+  tok, lp = next_token(logits[:, 0], rng, i, temperature, top_p, top_k, filter_logits)
   return tok, lp, cache
 
 
-@functools.partial(jax.jit, static_argnums=(0, 1, 4, 11))
+@functools.partial(jax.jit, static_argnums=(0, 1, 4, 11, 12))
 def _round_jit(
   graphdef,
   mesh,
@@ -279,6 +359,7 @@ def _round_jit(
   top_k,
   eos_ids,
   aligned: bool = False,
+  filter_logits: bool = True,
 ):
   model = nnx.merge(graphdef, state)
   s = slot_prompt.shape[0]
@@ -319,7 +400,7 @@ def _round_jit(
     rows(pc.last_logits),
     _logits_sharding(mesh, s, model.config.vocab_size),
   )
-  tok0, lp0 = next_token(first, rng, 0, temperature, top_p, top_k)
+  tok0, lp0 = next_token(first, rng, 0, temperature, top_p, top_k, filter_logits)
   tokens = _constrain(jnp.zeros((s, n), jnp.int32).at[:, 0].set(tok0), sh2)
   logps = _constrain(jnp.zeros((s, n), jnp.float32).at[:, 0].set(lp0), sh2)
   # alive[s]: the slot has not emitted EOS before the current column.
@@ -335,7 +416,17 @@ def _round_jit(
   def body(carry):
     i, cache, tokens, logps, mask, done, prev = carry
     tok, lp, cache = decode_step(
-      model, cache, prev, start_pos, i, p, rng, temperature, top_p, top_k
+      model,
+      cache,
+      prev,
+      start_pos,
+      i,
+      p,
+      rng,
+      temperature,
+      top_p,
+      top_k,
+      filter_logits,
     )
     alive = ~done
     tok = jnp.where(alive, tok, 0)
@@ -411,6 +502,7 @@ def sample_round(
   top_k: int | Array = 0,
   eos_ids: Sequence[int] | Array = (),
   aligned: bool = False,
+  filter_logits: bool = True,
 ) -> Rollout:
   """Decodes S slots, slot s continuing prompt slot_prompt[s] (-1: idle, masked).
 
@@ -428,12 +520,17 @@ def sample_round(
       -1}, S == B): the slots read the prompt cache where it lies, no gather
       of every prompt's cache onto every device (evaluation, pass rates).
       Static (its own compile).
+    filter_logits: compile the top-p / top-k filter (its vocab sort). False
+      (pass `needs_filter(top_p, top_k)` of the run's config) leaves it out:
+      top_p must then be 1 and top_k 0 in every slot. Static (its own
+      compile), so a run passes one value throughout.
 
   Returns:
     Rollout with [S, N] tokens / logprobs / mask and [S] lengths.
 
   Raises:
-    ValueError: `aligned` with S != B.
+    ValueError: `aligned` with S != B; `filter_logits` False with host
+      top_p / top_k that ask for filtering.
   """
   graphdef, state = nnx.split(model)
   slot_prompt = _as(slot_prompt, np.int32)
@@ -442,6 +539,14 @@ def sample_round(
     raise ValueError(
       f'aligned round: {s} slots for {prompt_cache.lengths.shape[0]} prompts '
       '(slot s continues prompt s: they must be equal)'
+    )
+  top_p = _per_slot(top_p, s, jnp.float32, 'top_p')
+  top_k = _per_slot(top_k, s, jnp.int32, 'top_k')
+  host = isinstance(top_p, np.ndarray) and isinstance(top_k, np.ndarray)
+  if not filter_logits and host and ((top_p < 1.0) | (top_k > 0)).any():
+    raise ValueError(
+      'filter_logits=False (no top-p / top-k filter compiled) with top_p < 1 '
+      'or top_k > 0'
     )
   return _round_jit(
     graphdef,
@@ -452,10 +557,11 @@ def sample_round(
     slot_prompt,
     rng,
     _per_slot(temperature, s, jnp.float32, 'temperature'),
-    _per_slot(top_p, s, jnp.float32, 'top_p'),
-    _per_slot(top_k, s, jnp.int32, 'top_k'),
+    top_p,
+    top_k,
     eos_array(eos_ids),
     bool(aligned),
+    bool(filter_logits),
   )
 
 
@@ -467,6 +573,7 @@ def lower_round(
   max_new_tokens: int,
   eos_ids: Sequence[int] | Array = (),
   aligned: bool = False,
+  filter_logits: bool = True,
 ) -> jax.stages.Lowered:
   """The decode program `sample_round` runs for these shapes, lowered.
 
@@ -488,6 +595,7 @@ def lower_round(
     np.zeros((slots,), np.int32),
     eos_array(eos_ids),
     bool(aligned),
+    bool(filter_logits),
   )
 
 
@@ -503,6 +611,7 @@ def sample(
   top_k: int | Array = 0,
   eos_ids: Sequence[int] | Array = (),
   kv_dtype: Any = None,
+  filter_logits: bool = True,
 ) -> Rollout:
   """Samples one continuation per left-padded prompt [B, P]; see sample_round."""
   cache = prefill(model, prompt_tokens, prompt_mask, kv_dtype=kv_dtype)
@@ -518,6 +627,7 @@ def sample(
     top_k=top_k,
     eos_ids=eos_ids,
     aligned=True,
+    filter_logits=filter_logits,
   )
 
 

@@ -18,8 +18,27 @@ with the same shapes, then the best of `--repeats` timed runs):
     prompt, 64 new tokens: ours = `prefill` once, then 4 x `sample_round` over
     512 slots; tunix = one call per round with each prompt repeated 8 times;
   * a sanity check that tunix loaded the same weights: its prefill logits and
-    greedy tokens against transformers (and ours, greedy, likewise).
+    greedy tokens against transformers (and ours, greedy, likewise);
+  * ours only, the long response: 64 prompts of 256 tokens, 512 new tokens,
+    no early stop (`sample`, aligned). Overall tokens/s is the whole call
+    (prefill included). Steps cannot be timed inside the decode loop, so the
+    first and last quarter are measured as the decode step itself:
+    `sampler.decode_step` (the loop's body: the model's decode call and the
+    token choice) jitted on its own with the round's real cache shapes
+    [S, G, P + N, K], the cache donated so its writes are in place as in the
+    loop, at four columns i, the middles of the quarter's fourths (cache
+    validity marks the prompt and columns < i - 1 written, as the loop would
+    have left it); tokens/s = S / mean step time. With a cache read whole at
+    every step the two quarters cost the same; with decode reading only the
+    written part the last quarter is slower. The step excludes the loop's
+    bookkeeping, so its tokens/s run above the overall figure;
+  * --profile (ours): where a decode step's time goes, case A (B=64) and the
+    RL case, at column N/2: each piece jitted on its own with the step's
+    shapes and dtypes, best of --profile-repeats (see `profile_pieces`).
 Targets: ours >= 1.3x tunix in case A, >= 2x tunix in case B.
+Ours runs with top_p = 1 and top_k = 0 throughout, compiled without the
+top-p / top-k filter (`filter_logits=False`), as a run whose config turns
+both off compiles it (`sampler.needs_filter`).
 
 tunix (`google-tunix==0.1.7`) brings its own jax and flax, so it lives in a
 separate venv and runs as a subprocess (`benchmarks/_tunix_peer.py`):
@@ -30,6 +49,7 @@ Dimension legend: B rows (case A) or prompts (case B), P prompt length,
 N new tokens, S sampling slots (case B: B x samples per prompt).
 
 Run: python benchmarks/sampler.py [--quick] [--skip-tunix] [--json out.json]
+  [--ours-only] [--profile] [--skip-long]
 About 10 minutes on 2 quiet cores (estimated; most of it tunix's case B,
 five 512-row calls); --quick saves the case-A repeats. Other processes on the
 cores slow every system: the `cores` column (CPU s / wall s) shows how much
@@ -201,6 +221,7 @@ def run_ours(
         max_new_tokens=NEW_TOKENS,
         rng=jax.random.key(seed),
         temperature=1.0,
+        filter_logits=False,
       )
       return int(np.asarray(jax.block_until_ready(out).lengths).sum())
 
@@ -224,6 +245,7 @@ def run_ours(
           top_p=1.0,
           top_k=0,
           eos_ids=(),
+          filter_logits=False,
         )
         # The controller reads each round's results before the next round.
         tokens += int(np.asarray(jax.block_until_ready(out).lengths).sum())
@@ -396,7 +418,17 @@ class _Round:
     def step(state, cache, prev, start_pos, i, rng, temperature, top_p, top_k):
       model = nnx.merge(graphdef, state)
       return sampler.decode_step(
-        model, cache, prev, start_pos, i, p, rng, temperature, top_p, top_k
+        model,
+        cache,
+        prev,
+        start_pos,
+        i,
+        p,
+        rng,
+        temperature,
+        top_p,
+        top_k,
+        filter_logits=False,
       )
 
     return functools.partial(step, state)
@@ -518,7 +550,9 @@ def profile_pieces(r: _Round, i: int, repeats: int) -> dict[str, float]:
 
   @jax.jit
   def sampling(logits, rng, col, temperature, top_p, top_k):
-    return sampler.next_token(logits, rng, col, temperature, top_p, top_k)
+    return sampler.next_token(
+      logits, rng, col, temperature, top_p, top_k, filter_logits=False
+    )
 
   logits = lm_head(state, x)[:, 0]
   col = jnp.int32(i)
@@ -560,6 +594,7 @@ def round_step_time(r: _Round, repeats: int) -> float:
       max_new_tokens=r.n,
       rng=jax.random.key(0),
       temperature=1.0,
+      filter_logits=False,
       aligned=bool(aligned),
     )
 
@@ -631,7 +666,13 @@ def run_long(
 
   def call(seed: int) -> int:
     out = sampler.sample(
-      model, tok, mask, max_new_tokens=n, rng=jax.random.key(seed), temperature=1.0
+      model,
+      tok,
+      mask,
+      max_new_tokens=n,
+      rng=jax.random.key(seed),
+      temperature=1.0,
+      filter_logits=False,
     )
     return int(np.asarray(jax.block_until_ready(out).lengths).sum())
 

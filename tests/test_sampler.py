@@ -125,6 +125,20 @@ def test_first_token_frequencies_follow_softmax(hf_models):
   assert p_value > 1e-3, p_value
   logp = np.log(probs)[np.asarray(r.tokens[:, 0])]
   np.testing.assert_allclose(np.asarray(r.logprobs[:, 0]), logp, atol=1e-5)
+  # A round compiled without the top-p / top-k filter draws the same tokens
+  # as one with it and the knobs off (it is only the filter that is left out).
+  kw = dict(max_new_tokens=2, rng=jax.random.key(3), temperature=t)
+  off = sampler.sample_round(
+    model, cache, jnp.zeros((s,), jnp.int32), filter_logits=False, **kw
+  )
+  np.testing.assert_array_equal(np.asarray(off.tokens), np.asarray(r.tokens))
+  np.testing.assert_allclose(
+    np.asarray(off.logprobs), np.asarray(r.logprobs), atol=1e-6
+  )
+  with pytest.raises(ValueError, match='filter_logits=False'):
+    sampler.sample_round(
+      model, cache, np.zeros(s, np.int32), filter_logits=False, top_p=0.9, **kw
+    )
 
 
 def test_top_k_and_top_p_stay_in_allowed_set(hf_models):
@@ -295,7 +309,7 @@ def _round_temp_bytes(kv_heads: int, mesh_shape=(2, 2, 2)) -> tuple[int, int, in
   layer = (_S // dp) * (kv_heads // tensor) * (_P + _N) * cfg.head_dim * 4
   kv = 2 * cfg.num_layers * layer
   # Per token: the [S/dp, V/tensor] fp32 logits and _choose's temporaries of
-  # that shape (scaled, log-softmax, Gumbel bits and noise, the filter's
+  # that shape (scaled, exp weights, the filter's masks, the filter's
   # sort), and the fp32 scores [S/dp, H/tensor, P + N].
   choose = 16 * (_S // dp) * (cfg.vocab_size // tensor) * 4
   scores = 4 * (_S // dp) * (cfg.num_heads // tensor) * (_P + _N) * 4

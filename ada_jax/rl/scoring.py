@@ -212,6 +212,7 @@ def sample_and_score(
         top_k=top_k,
         eos_ids=eos,
         aligned=reps == 1,
+        filter_logits=sampler.needs_filter(top_p, top_k),
       )
       scores = scorer.score_round(r, slot_prompt, chunk_references)
       got = np.flatnonzero(slot_prompt >= 0)
