@@ -281,7 +281,7 @@ def _choose(
 def next_token(
   logits: Array,
   rng: Array,
-  step,
+  step: Array | int,
   temperature: Array,
   top_p: Array,
   top_k: Array,
@@ -304,12 +304,12 @@ def decode_step(
   cache: model_lib.KVCache,
   prev: Array,
   start_pos: Array,
-  i,
+  i: Array | int,
   p: int,
   rng: Array,
-  temperature,
-  top_p,
-  top_k,
+  temperature: Array,
+  top_p: Array,
+  top_k: Array,
   filter_logits: bool = True,
 ) -> tuple[Array, Array, model_lib.KVCache]:
   """Decode step i >= 1: the model on the previous tokens, then column i's tokens.
