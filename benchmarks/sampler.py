@@ -393,7 +393,8 @@ class _Round:
 
     from ada_jax import model as model_lib
 
-    valid = self._valid.at[:, self.p : self.p + i - 1].set(True)
+    # jnp.array copies (an empty .at[].set at i = 1 may return its input).
+    valid = jnp.array(self._valid.at[:, self.p : self.p + i - 1].set(True))
     return model_lib.KVCache(
       tuple(jnp.array(x) for x in self._k), tuple(jnp.array(x) for x in self._v), valid
     )
