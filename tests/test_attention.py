@@ -55,15 +55,17 @@ def _max_grad_diff(a, b) -> float:
 
 def test_resolve():
   assert attention.resolve('auto', 64, 64) == 'dense'  # the tiny config
-  assert attention.resolve('auto', 1, 4096) == 'dense'  # decode
+  assert attention.resolve('auto', 1, 4096) == 'decode'
+  assert attention.resolve('dense', 1, 4096) == 'dense'  # the reference
+  assert attention.resolve('auto', 1, 1) == 'dense'  # nothing cached
   assert attention.resolve('auto', 3072, 3072, backend='cpu') == 'chunked'
   assert attention.resolve('auto', 3072, 3072, backend='gpu') == 'chunked'
   assert attention.resolve('auto', 3072, 3072, backend='tpu') == 'splash'
   assert attention.resolve('auto', 3072, 4096, backend='tpu') == 'chunked'
   assert attention.resolve('auto', 256, 256, backend='tpu') == 'dense'
-  assert attention.resolve('chunked', 1, 100) == 'dense'
+  assert attention.resolve('chunked', 1, 100) == 'decode'
   assert attention.resolve('chunked', 8, 8) == 'chunked'
-  assert attention.resolve('splash', 1, 100) == 'dense'
+  assert attention.resolve('splash', 1, 100) == 'decode'
   assert attention.resolve('splash', 8, 20) == 'chunked'
   assert attention.resolve('splash', 8, 8) == 'splash'
   with pytest.raises(ValueError, match='attention='):
@@ -122,6 +124,62 @@ def test_chunked_function_matches_dense(prefix):
   for gd, gc in zip(vjp_d(cot), vjp_c(cot), strict=True):
     assert np.isfinite(np.asarray(gc)).all()
     np.testing.assert_allclose(np.asarray(gc), np.asarray(gd), atol=1e-5)
+
+
+@pytest.mark.parametrize('query_at', [20, 36])
+def test_decode_matches_dense_and_reads_only_written_blocks(query_at):
+  """Left-padded ragged rows, one query each; S = 37 (a clamped last block)."""
+  b, h, g, k, s, tk = 4, 4, 2, 8, 37, 8
+  rng = np.random.RandomState(1)
+  q = jnp.asarray(rng.randn(b, 1, h, k), jnp.float32)
+  kk, v = (rng.randn(b, g, s, k).astype(np.float32) for _ in range(2))
+  # Prompt bucket 16: rows hold 3, 9, 16, 1 real prompt tokens (left padded),
+  # then generated tokens up to the query's index; later slots unwritten.
+  prompt, lengths = 16, [3, 9, 16, 1]
+  valid = np.zeros((b, s), bool)
+  for i, n in enumerate(lengths):
+    valid[i, prompt - n : query_at + 1] = True
+  query_index = jnp.full((b, 1), query_at, jnp.int32)
+  blocks = attention.decode_key_blocks(query_index, jnp.asarray(valid), tk)
+  first, end = (int(x) for x in blocks)
+  assert (first, end) == (0, query_at // tk + 1)  # row 2 starts at key 0
+  dense = attention.dense_attention(
+    q,
+    jnp.asarray(kk),
+    jnp.asarray(v),
+    attention.dense_mask(query_index, jnp.asarray(valid)),
+    jnp.float32,
+  )
+  # Keys and values outside the blocks [first, end) are never read.
+  kk[:, :, end * tk :], v[:, :, end * tk :] = np.nan, np.nan
+  got = attention.decode_attention(
+    q, jnp.asarray(kk), jnp.asarray(v), query_index, jnp.asarray(valid), block_k=tk
+  )
+  np.testing.assert_allclose(np.asarray(got), np.asarray(dense), atol=1e-5)
+  # Without the fully-padded row 2, the loop starts at the longest prompt's
+  # first block; NaN before it is never read either.
+  keep = np.array([0, 1, 3])
+  valid3 = valid[keep].copy()
+  valid3[:, :8] = False  # every row's span starts at key 8 or later
+  assert int(attention.decode_key_blocks(query_index[keep], valid3, tk)[0]) == 1
+  kk3, v3 = kk[keep].copy(), v[keep].copy()
+  ref3 = attention.dense_attention(
+    q[keep],
+    jnp.asarray(np.nan_to_num(kk3)),
+    jnp.asarray(np.nan_to_num(v3)),
+    attention.dense_mask(query_index[keep], jnp.asarray(valid3)),
+    jnp.float32,
+  )
+  kk3[:, :, :8], v3[:, :, :8] = np.nan, np.nan
+  got3 = attention.decode_attention(
+    q[keep],
+    jnp.asarray(kk3),
+    jnp.asarray(v3),
+    query_index[keep],
+    jnp.asarray(valid3),
+    block_k=tk,
+  )
+  np.testing.assert_allclose(np.asarray(got3), np.asarray(ref3), atol=1e-5)
 
 
 def test_chunked_bf16_close_to_dense():
