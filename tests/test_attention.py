@@ -1,5 +1,6 @@
 """attention.py: chunked and splash against dense, memory, sharding, TPU lowering."""
 
+import functools
 import re
 
 import jax
@@ -126,10 +127,18 @@ def test_chunked_function_matches_dense(prefix):
     np.testing.assert_allclose(np.asarray(gc), np.asarray(gd), atol=1e-5)
 
 
+@jax.jit
+def _dense_decode_reference(q, k, v, query_index, valid):
+  mask = attention.dense_mask(query_index, valid)
+  return attention.dense_attention(q, k, v, mask, jnp.float32)
+
+
 @pytest.mark.parametrize('query_at', [20, 36])
 def test_decode_matches_dense_and_reads_only_written_blocks(query_at):
   """Left-padded ragged rows, one query each; S = 37 (a clamped last block)."""
   b, h, g, k, s, tk = 4, 4, 2, 8, 37, 8
+  decode = jax.jit(functools.partial(attention.decode_attention, block_k=tk))
+  key_blocks = jax.jit(attention.decode_key_blocks, static_argnums=2)
   rng = np.random.RandomState(1)
   q = jnp.asarray(rng.randn(b, 1, h, k), jnp.float32)
   kk, v = (rng.randn(b, g, s, k).astype(np.float32) for _ in range(2))
@@ -140,46 +149,28 @@ def test_decode_matches_dense_and_reads_only_written_blocks(query_at):
   for i, n in enumerate(lengths):
     valid[i, prompt - n : query_at + 1] = True
   query_index = jnp.full((b, 1), query_at, jnp.int32)
-  blocks = attention.decode_key_blocks(query_index, jnp.asarray(valid), tk)
-  first, end = (int(x) for x in blocks)
+  first, end = (int(x) for x in key_blocks(query_index, valid.copy(), tk))
   assert (first, end) == (0, query_at // tk + 1)  # row 2 starts at key 0
-  dense = attention.dense_attention(
-    q,
-    jnp.asarray(kk),
-    jnp.asarray(v),
-    attention.dense_mask(query_index, jnp.asarray(valid)),
-    jnp.float32,
+  # Copies: a CPU device array may alias the numpy buffer changed below.
+  dense = np.asarray(
+    _dense_decode_reference(q, kk.copy(), v.copy(), query_index, valid.copy())
   )
   # Keys and values outside the blocks [first, end) are never read.
   kk[:, :, end * tk :], v[:, :, end * tk :] = np.nan, np.nan
-  got = attention.decode_attention(
-    q, jnp.asarray(kk), jnp.asarray(v), query_index, jnp.asarray(valid), block_k=tk
+  got = decode(q, kk.copy(), v.copy(), query_index, valid.copy())
+  np.testing.assert_allclose(np.asarray(got), dense, atol=1e-5)
+  # Every row's span starting at key 8 or later, the loop starts at block 1:
+  # NaN before it is never read either.
+  valid[:, :8] = False
+  assert int(key_blocks(query_index, valid.copy(), tk)[0]) == 1
+  ref = np.asarray(
+    _dense_decode_reference(
+      q, np.nan_to_num(kk), np.nan_to_num(v), query_index, valid.copy()
+    )
   )
-  np.testing.assert_allclose(np.asarray(got), np.asarray(dense), atol=1e-5)
-  # Without the fully-padded row 2, the loop starts at the longest prompt's
-  # first block; NaN before it is never read either.
-  keep = np.array([0, 1, 3])
-  valid3 = valid[keep].copy()
-  valid3[:, :8] = False  # every row's span starts at key 8 or later
-  assert int(attention.decode_key_blocks(query_index[keep], valid3, tk)[0]) == 1
-  kk3, v3 = kk[keep].copy(), v[keep].copy()
-  ref3 = attention.dense_attention(
-    q[keep],
-    jnp.asarray(np.nan_to_num(kk3)),
-    jnp.asarray(np.nan_to_num(v3)),
-    attention.dense_mask(query_index[keep], jnp.asarray(valid3)),
-    jnp.float32,
-  )
-  kk3[:, :, :8], v3[:, :, :8] = np.nan, np.nan
-  got3 = attention.decode_attention(
-    q[keep],
-    jnp.asarray(kk3),
-    jnp.asarray(v3),
-    query_index[keep],
-    jnp.asarray(valid3),
-    block_k=tk,
-  )
-  np.testing.assert_allclose(np.asarray(got3), np.asarray(ref3), atol=1e-5)
+  kk[:, :, :8], v[:, :, :8] = np.nan, np.nan
+  got = decode(q, kk.copy(), v.copy(), query_index, valid.copy())
+  np.testing.assert_allclose(np.asarray(got), ref, atol=1e-5)
 
 
 def test_chunked_bf16_close_to_dense():
