@@ -1,12 +1,12 @@
-"""Attention for the policy: one entry point, three implementations.
+"""Attention for the policy: one entry point, four implementations.
 
 Every attention call of the model (training forward, prefill, decode) goes
 through `attend`, with an implementation resolved statically by `resolve` from
 `ModelConfig.attention` and the call's shapes:
 
   dense    scores [B, G, R, T, S] in fp32, masked, softmaxed in fp32. The
-           reference, and the decode path (T = 1 against a cache) whatever
-           the config says.
+           reference (attention='dense' uses it for every call, decode
+           included).
   chunked  online-softmax (flash-style) blockwise attention in plain JAX: a
            scan over query blocks of BLOCK_Q, inside it a loop over key blocks
            of BLOCK_K, fp32 running max / sum / accumulator; the live block is
@@ -29,9 +29,17 @@ through `attend`, with an implementation resolved statically by `resolve` from
            `shard_map` over the mesh of its inputs' avals: rows over
            ('data', 'fsdp'), heads over 'tensor' (KV heads repeated to the
            query heads when only those divide the tensor axis).
+  decode   T = 1 against a cache (every config but 'dense'): the online
+           softmax of chunked over key blocks of DECODE_BLOCK_K read in place
+           from the cache, only the blocks [first, end) that hold written
+           positions: from the block of the earliest valid key in the batch
+           (left padding: the longest prompt's first token) to the block of
+           the current position. The loop bounds are traced, the block shape
+           static: the cost of a step follows the written length, nothing
+           recompiles as it grows.
   auto     splash on TPU when S == T and T >= CHUNKED_MIN_T, chunked
            elsewhere for T >= CHUNKED_MIN_T, dense below (short prompts, the
-           tiny config's T = 64, and decode).
+           tiny config's T = 64), decode for T = 1.
 
 Numerics everywhere: scores scaled by 1/sqrt(K), fp32 scores and softmax,
 output cast to the compute dtype. Masked entries get MASK_VALUE (finite), so
@@ -80,6 +88,12 @@ CHUNKED_MIN_T = 512
 # flash backward holds about four of them (scores, probs, dp, ds).
 BLOCK_Q = 512
 BLOCK_K = 512
+# Decode key block: the cache is read from the first block holding a valid
+# key to the block of the current position, DECODE_BLOCK_K keys at a time.
+# 64: finer steps follow the written length more closely; on CPU a block of
+# 128 also kept one layer's sliced K/V block alive past its loop (+512 KiB in
+# tests/test_sampler.py's round), 64 and 32 did not.
+DECODE_BLOCK_K = 64
 # Splash tiles: multiples of 128 (the lane width) that divide the padded T.
 _SPLASH_BLOCKS = (512, 256, 128)
 _SPLASH_ALIGN = 128
@@ -94,24 +108,33 @@ class AttentionMask(NamedTuple):
     writes).
   dense: bool [B, 1, T, S] (dense only, else None): the full mask, built once
     per call and shared by the layers.
+  key_blocks: int32 [2] (decode only, else None): the key blocks [first, end)
+    the decode loop reads, computed once per call.
   """
 
   query_index: Array
   kv_valid: Array
   dense: Array | None = None
+  key_blocks: Array | None = None
 
 
 def resolve(attention: str, t: int, s: int, backend: str | None = None) -> str:
-  """The implementation ('dense' | 'chunked' | 'splash') for T queries, S keys.
+  """The implementation ('dense' | 'chunked' | 'splash' | 'decode') for T queries, S keys.
 
   Static: depends on the config string, the shapes and the backend only.
-  Decode (T = 1) is always dense; splash needs S == T (no cache prefix) and
-  falls back to chunked otherwise.
+  Decode (T = 1 against S > 1 keys) reads only the written key blocks
+  ('decode') unless the config asks for dense everywhere (the reference);
+  splash needs S == T (no
+  cache prefix) and falls back to chunked otherwise.
   """
   if attention not in IMPLEMENTATIONS:
     raise ValueError(f'attention={attention!r}: use one of {IMPLEMENTATIONS}')
-  if t == 1 or attention == 'dense':
+  if attention == 'dense':
     return 'dense'
+  if t == 1:
+    # One token with nothing before it (a T = 1 training forward, which may
+    # be differentiated: the decode loop's traced bounds are not) is dense.
+    return 'decode' if s > 1 else 'dense'
   if attention == 'chunked':
     return 'chunked'
   if attention == 'splash':
@@ -125,7 +148,11 @@ def resolve(attention: str, t: int, s: int, backend: str | None = None) -> str:
 def make_mask(query_index: Array, kv_valid: Array, impl: str) -> AttentionMask:
   """The AttentionMask for `impl`; only dense gets the [B, 1, T, S] bool."""
   dense = dense_mask(query_index, kv_valid) if impl == 'dense' else None
-  return AttentionMask(query_index, kv_valid, dense)
+  blocks = None
+  if impl == 'decode':
+    tk, _ = decode_block(kv_valid.shape[-1])
+    blocks = decode_key_blocks(query_index, kv_valid, tk)
+  return AttentionMask(query_index, kv_valid, dense, blocks)
 
 
 def dense_mask(query_index: Array, kv_valid: Array) -> Array:
@@ -162,6 +189,10 @@ def attend(
     impl: a resolved implementation (see `resolve`).
     dtype: the compute dtype.
   """
+  if impl == 'decode':
+    return decode_attention(
+      q, k_cache, v_cache, mask.query_index, mask.kv_valid, mask.key_blocks
+    )
   k, v = k_cache.astype(dtype), v_cache.astype(dtype)
   if impl == 'dense':
     return dense_attention(q, k, v, mask.dense, dtype)
@@ -248,14 +279,41 @@ def _key_blocks(qi: Array, tk: int, nk: int) -> Array:
   return jnp.clip(jnp.max(qi) // tk + 1, 1, nk)
 
 
-def _block_scores(qb: Array, kb: Array, qi: Array, valid: Array, j, tk: int):
-  """Masked fp32 scores [B, G, R, tq, tk] of key block j, and bool [B, tq, tk]."""
-  kd = qb.shape[-1]
+def _block_scores(qb: Array, kb: Array, qi: Array, valid: Array, first):
+  """Masked fp32 scores [B, G, R, tq, tk] of a key block, and bool [B, tq, tk].
+
+  kb [B, G, tk, K] holds the keys at cache indices first .. first + tk - 1.
+  """
+  kd, tk = qb.shape[-1], kb.shape[-2]
   s = jnp.einsum('bgrqk,bgsk->bgrqs', qb, kb, preferred_element_type=jnp.float32)
   s = s / math.sqrt(kd)
-  key = j * tk + jnp.arange(tk, dtype=jnp.int32)
+  key = first + jnp.arange(tk, dtype=jnp.int32)
   allowed = (key[None, None, :] <= qi[:, :, None]) & valid[:, None, :]
   return jnp.where(allowed[:, None, None], s, MASK_VALUE), allowed
+
+
+def _online_init(q: Array) -> tuple[Array, Array, Array]:
+  """(max, sum, accumulator) before any key block, for queries q [..., K]."""
+  # Starting the max at MASK_VALUE (not -inf) keeps every exponent finite:
+  # a fully masked row ends with m = MASK_VALUE and total >= 1.
+  return (
+    jnp.full(q.shape[:-1], MASK_VALUE, jnp.float32),
+    jnp.zeros(q.shape[:-1], jnp.float32),
+    jnp.zeros(q.shape, jnp.float32),
+  )
+
+
+def _online_step(carry, s: Array, vb: Array, dt: Any):
+  """Folds one key block's masked scores s [..., tk] and values vb into carry."""
+  m, total, acc = carry
+  m_new = jnp.maximum(m, jnp.max(s, axis=-1))
+  alpha = jnp.exp(m - m_new)
+  p = jnp.exp(s - m_new[..., None])
+  total = alpha * total + jnp.sum(p, axis=-1)
+  pv = jnp.einsum(
+    'bgrqs,bgsk->bgrqk', p.astype(dt), vb, preferred_element_type=jnp.float32
+  )
+  return m_new, total, alpha[..., None] * acc + pv
 
 
 # jit on the forward and backward bodies: every layer has the same shapes, so
@@ -270,24 +328,10 @@ def _flash_forward(q, k, v, qi, valid):
     qb, qib = xs
 
     def body(j, carry):
-      m, total, acc = carry
-      s, _ = _block_scores(qb, k[j], qib, valid[j], j, tk)
-      m_new = jnp.maximum(m, jnp.max(s, axis=-1))
-      alpha = jnp.exp(m - m_new)
-      p = jnp.exp(s - m_new[..., None])
-      total = alpha * total + jnp.sum(p, axis=-1)
-      pv = jnp.einsum(
-        'bgrqs,bgsk->bgrqk', p.astype(dt), v[j], preferred_element_type=jnp.float32
-      )
-      return m_new, total, alpha[..., None] * acc + pv
+      s, _ = _block_scores(qb, k[j], qib, valid[j], j * tk)
+      return _online_step(carry, s, v[j], dt)
 
-    # Starting the max at MASK_VALUE (not -inf) keeps every exponent finite:
-    # a fully masked row ends with m = MASK_VALUE and total >= 1.
-    init = (
-      jnp.full(qb.shape[:-1], MASK_VALUE, jnp.float32),
-      jnp.zeros(qb.shape[:-1], jnp.float32),
-      jnp.zeros(qb.shape, jnp.float32),
-    )
+    init = _online_init(qb)
     m, total, acc = jax.lax.fori_loop(0, _key_blocks(qib, tk, nk), body, init)
     return None, ((acc / total[..., None]).astype(dt), m + jnp.log(total))
 
@@ -324,7 +368,7 @@ def _flash_backward(q, k, v, qi, valid, out, lse, d_out):
     def body(j, c):
       dq, dk, dv = c
       kj, vj = k[j], v[j]
-      s, allowed = _block_scores(qb, kj, qib, valid[j], j, tk)
+      s, allowed = _block_scores(qb, kj, qib, valid[j], j * tk)
       p = jnp.exp(s - lseb[..., None])
       dv_j = jnp.einsum(
         'bgrqs,bgrqk->bgsk', p.astype(dt), dob, preferred_element_type=jnp.float32
@@ -351,6 +395,93 @@ def _flash_backward(q, k, v, qi, valid, out, lse, d_out):
 
 
 _flash.defvjp(_flash_fwd, _flash_bwd)
+
+
+# ----------------------------------------------------------------- decode
+
+
+def decode_block(s: int, cap: int | None = None) -> tuple[int, int]:
+  """(block, count) of the decode loop over S keys: blocks of min(cap, S)."""
+  tk = min(cap or DECODE_BLOCK_K, s)
+  return tk, -(-s // tk)
+
+
+def decode_key_blocks(query_index: Array, kv_valid: Array, tk: int) -> Array:
+  """int32 [2]: the key blocks [first, end) that hold any visible key.
+
+  first: the block of the earliest valid key of any row (left padding: the
+  longest prompt's first token); end: one past the block of the latest
+  query. Computed once per call (the layers share it); batch-wide, so one
+  loop serves every row and rows see masked keys of other rows' spans.
+  """
+  s = kv_valid.shape[-1]
+  nk = -(-s // tk)
+  any_valid = jnp.any(kv_valid, axis=-1)
+  first_key = jnp.where(any_valid, jnp.argmax(kv_valid, axis=-1), s)
+  end = jnp.clip(jnp.max(query_index) // tk + 1, 1, nk)
+  # At least one block: a loop over none would leave a 0/0 average.
+  first = jnp.minimum(jnp.min(first_key) // tk, end - 1)
+  return jnp.stack([first, end]).astype(jnp.int32)
+
+
+def decode_attention(
+  q: Array,
+  k: Array,
+  v: Array,
+  query_index: Array,
+  kv_valid: Array,
+  key_blocks: Array | None = None,
+  *,
+  block_k: int | None = None,
+) -> Array:
+  """Attention over the written blocks only: q [B, T, H, K] -> [B, T, H, K].
+
+  Args:
+    q: queries (T = 1 when decoding), compute dtype.
+    k: keys [B, G, S, K], cache dtype (cast one block at a time).
+    v: values [B, G, S, K].
+    query_index: int [B, T], the cache index of each query.
+    kv_valid: bool [B, S].
+    key_blocks: int32 [2] from `decode_key_blocks` (same block size), or
+      None to compute it here.
+    block_k: key block cap; default DECODE_BLOCK_K.
+
+  Same visibility as dense (key s visible iff s <= query_index and
+  kv_valid[s]); keys outside [first, end) blocks are never read.
+  """
+  b, t, h, kd = q.shape
+  g, s = k.shape[1], k.shape[2]
+  tk, _ = decode_block(s, block_k)
+  if key_blocks is None:
+    key_blocks = decode_key_blocks(query_index, kv_valid, tk)
+  qb = q.reshape(b, t, g, h // g, kd).transpose(0, 2, 3, 1, 4)  # [B, G, R, T, K]
+  carry = _online_init(qb)
+  _, total, acc = _decode_loop(carry, qb, k, v, query_index, kv_valid, key_blocks, tk)
+  out = (acc / total[..., None]).astype(q.dtype)
+  return out.transpose(0, 3, 1, 2, 4).reshape(b, t, h, kd)
+
+
+def _decode_loop(carry, qb, k, v, qi, valid, key_blocks, tk: int):
+  """Folds key blocks [first, end) of k/v [B, G, S, K] into carry, for qb [B, G, R, T, K].
+
+  Blocks are read in place with dynamic slices of size tk (no block-layout
+  copy of the cache). The last block's start is clamped to S - tk and the
+  keys it shares with the block before are masked out, so any S works.
+  """
+  s = k.shape[2]
+  dt = qb.dtype
+
+  def body(j, carry):
+    first = j * tk
+    start = jnp.minimum(first, s - tk)
+    kb = jax.lax.dynamic_slice_in_dim(k, start, tk, axis=2).astype(dt)
+    vb = jax.lax.dynamic_slice_in_dim(v, start, tk, axis=2).astype(dt)
+    key = start + jnp.arange(tk, dtype=jnp.int32)
+    vis = jax.lax.dynamic_slice_in_dim(valid, start, tk, axis=1) & (key >= first)
+    scores, _ = _block_scores(qb, kb, qi, vis, start)
+    return _online_step(carry, scores, vb, dt)
+
+  return jax.lax.fori_loop(key_blocks[0], key_blocks[1], body, carry)
 
 
 # ----------------------------------------------------------------- splash

@@ -7,8 +7,9 @@ metadata; `sharding.py`'s rules map them onto the mesh.
 Numerics follow the HF reference implementations: RMSNorm and RoPE in fp32,
 attention softmax in fp32, logits in fp32 whatever the compute dtype.
 
-Attention itself lives in attention.py (dense, chunked or splash, chosen by
-`ModelConfig.attention` and the call's shapes; decode is always dense).
+Attention itself lives in attention.py (dense, chunked, splash or decode,
+chosen by `ModelConfig.attention` and the call's shapes; a decode step reads
+only the cache blocks that hold written positions).
 `ModelConfig.remat='block'` rematerializes each decoder block's forward in the
 backward (only calls with T > 1: decode is never differentiated).
 

@@ -1,5 +1,6 @@
 """attention.py: chunked and splash against dense, memory, sharding, TPU lowering."""
 
+import functools
 import re
 
 import jax
@@ -55,15 +56,17 @@ def _max_grad_diff(a, b) -> float:
 
 def test_resolve():
   assert attention.resolve('auto', 64, 64) == 'dense'  # the tiny config
-  assert attention.resolve('auto', 1, 4096) == 'dense'  # decode
+  assert attention.resolve('auto', 1, 4096) == 'decode'
+  assert attention.resolve('dense', 1, 4096) == 'dense'  # the reference
+  assert attention.resolve('auto', 1, 1) == 'dense'  # nothing cached
   assert attention.resolve('auto', 3072, 3072, backend='cpu') == 'chunked'
   assert attention.resolve('auto', 3072, 3072, backend='gpu') == 'chunked'
   assert attention.resolve('auto', 3072, 3072, backend='tpu') == 'splash'
   assert attention.resolve('auto', 3072, 4096, backend='tpu') == 'chunked'
   assert attention.resolve('auto', 256, 256, backend='tpu') == 'dense'
-  assert attention.resolve('chunked', 1, 100) == 'dense'
+  assert attention.resolve('chunked', 1, 100) == 'decode'
   assert attention.resolve('chunked', 8, 8) == 'chunked'
-  assert attention.resolve('splash', 1, 100) == 'dense'
+  assert attention.resolve('splash', 1, 100) == 'decode'
   assert attention.resolve('splash', 8, 20) == 'chunked'
   assert attention.resolve('splash', 8, 8) == 'splash'
   with pytest.raises(ValueError, match='attention='):
@@ -122,6 +125,52 @@ def test_chunked_function_matches_dense(prefix):
   for gd, gc in zip(vjp_d(cot), vjp_c(cot), strict=True):
     assert np.isfinite(np.asarray(gc)).all()
     np.testing.assert_allclose(np.asarray(gc), np.asarray(gd), atol=1e-5)
+
+
+@jax.jit
+def _dense_decode_reference(q, k, v, query_index, valid):
+  mask = attention.dense_mask(query_index, valid)
+  return attention.dense_attention(q, k, v, mask, jnp.float32)
+
+
+@pytest.mark.parametrize('query_at', [20, 36])
+def test_decode_matches_dense_and_reads_only_written_blocks(query_at):
+  """Left-padded ragged rows, one query each; S = 37 (a clamped last block)."""
+  b, h, g, k, s, tk = 4, 4, 2, 8, 37, 8
+  decode = jax.jit(functools.partial(attention.decode_attention, block_k=tk))
+  key_blocks = jax.jit(attention.decode_key_blocks, static_argnums=2)
+  rng = np.random.RandomState(1)
+  q = jnp.asarray(rng.randn(b, 1, h, k), jnp.float32)
+  kk, v = (rng.randn(b, g, s, k).astype(np.float32) for _ in range(2))
+  # Prompt bucket 16: rows hold 3, 9, 16, 1 real prompt tokens (left padded),
+  # then generated tokens up to the query's index; later slots unwritten.
+  prompt, lengths = 16, [3, 9, 16, 1]
+  valid = np.zeros((b, s), bool)
+  for i, n in enumerate(lengths):
+    valid[i, prompt - n : query_at + 1] = True
+  query_index = jnp.full((b, 1), query_at, jnp.int32)
+  first, end = (int(x) for x in key_blocks(query_index, valid.copy(), tk))
+  assert (first, end) == (0, query_at // tk + 1)  # row 2 starts at key 0
+  # Copies: a CPU device array may alias the numpy buffer changed below.
+  dense = np.asarray(
+    _dense_decode_reference(q, kk.copy(), v.copy(), query_index, valid.copy())
+  )
+  # Keys and values outside the blocks [first, end) are never read.
+  kk[:, :, end * tk :], v[:, :, end * tk :] = np.nan, np.nan
+  got = decode(q, kk.copy(), v.copy(), query_index, valid.copy())
+  np.testing.assert_allclose(np.asarray(got), dense, atol=1e-5)
+  # Every row's span starting at key 8 or later, the loop starts at block 1:
+  # NaN before it is never read either.
+  valid[:, :8] = False
+  assert int(key_blocks(query_index, valid.copy(), tk)[0]) == 1
+  ref = np.asarray(
+    _dense_decode_reference(
+      q, np.nan_to_num(kk), np.nan_to_num(v), query_index, valid.copy()
+    )
+  )
+  kk[:, :, :8], v[:, :, :8] = np.nan, np.nan
+  got = decode(q, kk.copy(), v.copy(), query_index, valid.copy())
+  np.testing.assert_allclose(np.asarray(got), ref, atol=1e-5)
 
 
 def test_chunked_bf16_close_to_dense():

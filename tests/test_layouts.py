@@ -163,9 +163,18 @@ def test_bf16_sampling_copy_holds_bf16_and_samples_alike(
   ref = sampler.sample(nnx.merge(graphdef, plain), tokens, mask, **kw)
   np.testing.assert_array_equal(np.asarray(got.tokens), np.asarray(ref.tokens))
   np.testing.assert_array_equal(np.asarray(got.logprobs), np.asarray(ref.logprobs))
-  # The training layout: same values, reductions split differently.
-  train = sampler.sample(bf16_train_model, tokens, mask, **kw)
-  np.testing.assert_array_equal(np.asarray(got.tokens), np.asarray(train.tokens))
+  # The training layout: same values, reductions split differently. In bf16
+  # that rounds differently (the first token's logprobs differ by ~3e-3), so
+  # a greedy near-tie may go either way: the training layout scores the
+  # copy's tokens (teacher-forced) instead of drawing its own.
+  seq = np.concatenate([tokens, np.asarray(got.tokens)], axis=1)
+  p = tokens.shape[1]
+  seq_mask = np.concatenate([mask, np.ones_like(np.asarray(got.tokens))], axis=1)
+  logits = model_lib.logits(bf16_train_model, seq, seq_mask)[:, p - 1 : -1]
+  logp = np.asarray(jax.nn.log_softmax(logits, axis=-1))
+  chosen = np.take_along_axis(logp, np.asarray(got.tokens)[..., None], -1)[..., 0]
+  # Measured: 5e-3 (the 1-layer tiny config).
+  np.testing.assert_allclose(chosen, np.asarray(got.logprobs), atol=2e-2)
 
 
 def test_bf16_sampling_copy_is_the_rounds_only_copy(mesh, bf16_train_model):

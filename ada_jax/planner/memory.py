@@ -244,7 +244,8 @@ FIT: dict[str, float] = {
   'block_kept': 2.0,
   # remat='block': layers of gathered weights alive at once.
   'weights_block': 2.0,
-  # Copies of the KV cache the round keeps with one KV head per device.
+  # Copies of the KV cache the round keeps with one KV head per device and
+  # dense decode attention (attention='dense'; the blockwise one keeps one).
   'kv_one_head': 1.8,
   # Dense attention: bytes per [h, T, T] element each layer keeps (remat
   # none), and the one recomputed layer's (remat block).
@@ -409,19 +410,27 @@ def plan(
     """
     tt = p + new
     s_dev = _rows(slots, dp)
-    # With one KV head per device XLA keeps a second copy of much of the
-    # cache through the loop (measured on XLA:CPU).
-    copies = FIT['kv_one_head'] if g_dev == 1 else 1.0
+    # With one KV head per device and dense decode attention XLA keeps a
+    # second copy of much of the cache through the loop (measured on
+    # XLA:CPU); the blockwise decode attention keeps one.
+    decode = attention_lib.resolve(c.attention, 1, tt)
+    copies = FIT['kv_one_head'] if g_dev == 1 and decode == 'dense' else 1.0
     kv = copies * s_dev * tt * kv_layer
     # The slot gather all-gathers the row-split prompt cache over the data
     # axes: all B prompts' K and V on every device, every layer's before the
     # loop starts; the slot cache reuses that buffer when it is the larger.
     gathered = 0 if aligned else b * p * kv_layer
     cache = int(c.num_layers * max(kv, gathered)) + s_dev * tt
-    # [S, V] first-token logits, per-token fp32 scores [S, h, 1, T] and
+    # [S, V] first-token logits, per-token fp32 scores [S, h, 1, T] (dense)
+    # or [S, h, 1, tk] and the K/V block [S, g, tk, K] of the decode loop,
     # logits [S, V], the outputs [S, N].
     h_dev = _split(c.num_heads, tensor)
-    other = s_dev * v_dev * 4 * 3 + s_dev * h_dev * tt * 12 + s_dev * (new * 12 + 4)
+    if decode == 'dense':
+      scores = s_dev * h_dev * tt * 12
+    else:
+      tk, _ = attention_lib.decode_block(tt)
+      scores = s_dev * (h_dev * tk * 12 + 2 * g_dev * tk * c.head_dim * 4)
+    other = s_dev * v_dev * 4 * 3 + scores + s_dev * (new * 12 + 4)
     return cache, other
 
   rnd_kv, rnd_other = round_program(s.prompts, s.slots, n)
