@@ -62,6 +62,9 @@ except ImportError:  # Loaded from outside the repo root.
 CONFIG = 'configs/tiny_arith.py'
 VARIANTS = common.VARIANTS
 SCHEDULES = common.SCHEDULES
+# columns: ada_columns with the carry-dropping teacher (the default);
+# format: ada_arith with the format teacher (the figures above).
+TASKS = ('columns', 'format')
 
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
@@ -70,14 +73,23 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     arg,
     CONFIG,
     {
+      'task': TASKS,
       'variant': VARIANTS,
       'schedule': SCHEDULES,
       'seed': None,
       'tpu': tuple(common.TPUS),
       'runlocal': None,
     },
-    {'variant': 'balance', 'schedule': 'paper', 'seed': '0', 'tpu': '', 'runlocal': ''},
+    {
+      'task': 'columns',
+      'variant': 'balance',
+      'schedule': 'paper',
+      'seed': '0',
+      'tpu': '',
+      'runlocal': '',
+    },
   )
+  task = args['task']
   variant = args['variant']
   schedule = args['schedule']
 
@@ -148,6 +160,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   c.rl.eval_max_prompts = 0
   c.rl.histogram_prompts = 256
   c.rl.histogram_k = 8
+  c.rl.eval_sampled_k = 0  # Samples per held-out prompt at temperature 1.
 
   c.sampling = ml_collections.ConfigDict()
   c.sampling.max_new_tokens = 8
@@ -175,8 +188,13 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
       # The imperfect teacher: 40% of demonstrations boxed, the rest bare
       # (see the module docstring; 1.0 = a perfect teacher).
       boxed_share=0.4,
+      teacher='answer',
+      carry_drop=0.0,
     )
   )
+
+  if task == 'columns':
+    _columns_task(c)
 
   c.verifier = ml_collections.ConfigDict(dict(timeout_s=2.0, workers=2, backend='ada'))
   c.checkpoint = ml_collections.ConfigDict(dict(every=20, keep=2))
@@ -184,3 +202,16 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     dict(samples_per_step=4, wandb_project='', tensorboard=True)
   )
   return c
+
+
+def _columns_task(c: ml_collections.ConfigDict) -> None:
+  """The ada_columns task and its carry-dropping teacher (module docstring)."""
+  c.data.name = 'ada_columns'
+  c.data.levels = ''  # Levels are carries 0-3, drawn in equal numbers.
+  c.data.balance_levels = False
+  # Carries (3 tokens), \\boxed{ (1), 4 digits, } and EOS.
+  c.sampling.max_new_tokens = 10
+  c.sft.teacher = 'columns'
+  c.sft.boxed_share = 1.0
+  c.sft.carry_drop = 0.6
+  c.rl.eval_sampled_k = 4
