@@ -465,7 +465,7 @@ class PromptIterator(Iterator[list[Example]]):
 
 
 def _show(args: argparse.Namespace) -> None:
-  arith = args.show.split('/')[0] == 'ada_arith'
+  arith = args.show.split('/')[0] in ('ada_arith', 'ada_columns')
   tok = None
   if args.tokenizer:
     tok = tokenizer_lib.load_tokenizer(args.tokenizer)
@@ -494,7 +494,11 @@ def _show(args: argparse.Namespace) -> None:
     print(f'response tokens (\\boxed{{answer}} + eos): max {max(answer)}')
   print('difficulty histogram:')
   hist = level_histogram(examples)
-  names = {i: lv.name for i, lv in enumerate(ada_arith.LEVELS)} if arith else {}
+  names = {}
+  if args.show == 'ada_arith':
+    names = {i: lv.name for i, lv in enumerate(ada_arith.LEVELS)}
+  elif args.show == 'ada_columns':
+    names = {c: f'{c} carries' for c in range(ada_columns.MAX_CARRIES + 1)}
   for level, count in hist.items():
     bar = '#' * max(1, round(40 * count / max(hist.values())))
     print(f'  {level:>3} {names.get(level, ""):<12} {count:>6} {bar}')
