@@ -1,6 +1,26 @@
 r"""Tiny end-to-end run on CPU: SFT warm start, then Reinforce-Ada on arithmetic.
 
-A ~0.4M-parameter Qwen2-shaped policy learns the synthetic `ada_arith` task
+Two tasks, chosen by the `task` arg: `columns` (the default) and `format`.
+
+task=columns: a ~0.4M-parameter Qwen2-shaped policy learns `ada_columns`,
+four-digit addition and subtraction written as a worked solution, the
+carries (borrows) into the thousands, hundreds and tens columns and then the
+boxed result (`3471+2852=` -> `110\\boxed{6323}`). Every problem shares
+this one procedure, so what RL sharpens on train prompts carries over to
+unseen ones. The SFT warm start (2000 steps, lr 3e-3, cosine) imitates a
+teacher that forgets each carry with probability 0.6 (`sft.carry_drop`),
+always boxing its answer and writing the digits that follow from the
+carries it wrote: its pass rate on a problem with c carries is 0.4^c, so
+the held-out levels (0-3 carries, 60 problems each) form a difficulty
+ladder, and a greedy warm start forgets every carry (the likelier token).
+Reinforce-Ada-balance then trains 250 steps (lr 1e-3, cosine), rewarded
+only for a correct boxed answer; the run prints greedy and sampled
+(temperature 1, 4 samples) held-out accuracy by number of carries before
+and after RL and writes `by_level.png` and `pass_rates.png`.
+FIGURES_COLUMNS
+
+task=format (the tiny task before 2026-12-02; `experiments/` use it):
+a ~0.4M-parameter Qwen2-shaped policy learns the synthetic `ada_arith` task
 on the band of its ladder that such a model can learn in minutes: levels 0,
 1 and 4-7 (1d+1d, 2d+1d, 1d*1d, 2d*1d, 1d+1d*1d, (2d+1d)*1d; the carry-heavy
 2d±2d and the big products stay at pass rate 0 for it and would only dilute
@@ -40,9 +60,11 @@ Commands:
   CPU:  python -m ada_jax.main --config configs/tiny_arith.py --workdir /tmp/tiny
   CPU, another variant:
         python -m ada_jax.main --config configs/tiny_arith.py:variant=grpo --workdir /tmp/tiny_grpo
+  CPU, the format task:
+        python -m ada_jax.main --config configs/tiny_arith.py:task=format --workdir /tmp/tiny_format
   TPU:  ./launch_tpu.sh run configs/tiny_arith.py:tpu=v4-32 --workdir gs://BUCKET/tiny
 
-Arg keys (comma separated): variant=grpo|pos|balance|dapo|est,
+Arg keys (comma separated): task=columns|format, variant=grpo|pos|balance|dapo|est,
 schedule=paper|refill, seed=INT, tpu=v4-32|v5p-64|v6e-64 (checked; the
 tiny model stays data-parallel over all chips), runlocal (accepted; this
 config always runs locally). Parsing lives in configs/common.py.
@@ -214,4 +236,7 @@ def _columns_task(c: ml_collections.ConfigDict) -> None:
   c.sft.teacher = 'columns'
   c.sft.boxed_share = 1.0
   c.sft.carry_drop = 0.6
+  # Reading the carry it wrote takes the policy longer to learn than the
+  # format task's answers: 1000 steps leave it at 0 accuracy.
+  c.sft.steps = 2000
   c.rl.eval_sampled_k = 4
