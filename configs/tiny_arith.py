@@ -8,11 +8,11 @@ carries (borrows) into the thousands, hundreds and tens columns and then the
 boxed result (`3471+2852=` -> `110\\boxed{6323}`). Every problem shares
 this one procedure, so what RL sharpens on train prompts carries over to
 unseen ones. The SFT warm start (2000 steps, lr 3e-3, cosine) imitates a
-teacher that forgets each carry with probability 0.6 (`sft.carry_drop`),
-always boxing its answer and writing the digits that follow from the
-carries it wrote: its pass rate on a problem with c carries is 0.4^c, so
-the held-out levels (0-3 carries, 60 problems each) form a difficulty
-ladder, and a greedy warm start forgets every carry (the likelier token).
+teacher that notes every carry but forgets to add each one to its column
+with probability 0.6 (`sft.carry_drop`), always boxing its answer: its pass
+rate on a problem with c carries is 0.4^c, so the held-out levels (0-3
+carries, 60 problems each) form a difficulty ladder, and a greedy warm
+start leaves out every carry (the likelier digit).
 Reinforce-Ada-balance then trains 250 steps (lr 1e-3, cosine), rewarded
 only for a correct boxed answer; the run prints greedy and sampled
 (temperature 1, 4 samples) held-out accuracy by number of carries before

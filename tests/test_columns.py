@@ -49,11 +49,13 @@ def test_teacher_forgets_each_carry_with_its_probability():
   right = ada_columns.solve('8023-4657')
   assert demos[right] == pytest.approx(0.4**3)
   assert len(demos) == 8
-  # A dropped carry can remove the next one: 1999+1001 has 3 carries but
-  # forgetting the first leaves 9+0 in the tens, which carries nothing.
+  # The carries row stays right; a forgotten carry changes only its digit,
+  # even where the column sum is 9 and the carry goes on (1999+1001).
   chain = dict(ada_columns.demonstrations('1999+1001', 0.6))
-  assert chain[ada_columns.Solution((0, 0, 0), 2990)] == pytest.approx(0.6)
+  assert chain[ada_columns.Solution((1, 1, 1), 2990)] == pytest.approx(0.6**3)
+  assert chain[ada_columns.Solution((1, 1, 1), 3090)] == pytest.approx(0.6 * 0.4**2)
   assert sum(chain.values()) == pytest.approx(1.0)
+  assert {s.carries for s in [*demos, *chain]} == {(1, 1, 1)}
   # Every slip still reads as a four-digit answer, just a wrong one.
   for sol in [*demos, *chain]:
     assert 1000 <= sol.result <= 9999
@@ -110,7 +112,7 @@ def test_demonstration_rows_are_drawn_as_often_as_the_teacher_writes_them(tok):
   )
   assert texts['000\\boxed{5555}'] == pytest.approx(2000, abs=120)
   assert texts['110\\boxed{6323}'] == pytest.approx(2000 * 0.16, abs=60)
-  assert texts['000\\boxed{5223}'] == pytest.approx(2000 * 0.36, abs=80)
+  assert texts['110\\boxed{5223}'] == pytest.approx(2000 * 0.36, abs=80)
   # The verifier reads the last box: right only for the right solution.
   for text in texts:
     want = text.endswith('{6323}') or text.endswith('{5555}')

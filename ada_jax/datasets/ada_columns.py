@@ -16,9 +16,14 @@ four digits (sums below 10000, differences of at least 1000), so every
 problem has the same layout.
 
 The difficulty of a problem (the `level` feature) is its number of carries
-(borrows for subtraction), 0 to 3: an imperfect teacher that forgets each
-carry with some probability (`demonstrations`) is right on a problem with c
-carries with probability (1 - drop)^c, a built-in difficulty ladder. Train
+(borrows for subtraction), 0 to 3: an imperfect teacher that notes every
+carry but forgets to add each one with some probability (`demonstrations`)
+is right on a problem with c carries with probability (1 - drop)^c, a
+built-in difficulty ladder. Its slips change only the result digits, so
+what the warm start must learn from it stays a function of the prompt (a
+teacher whose forgotten carry also vanished from the carries row made the
+digits depend on the policy's own noisy carries, which a 2-layer policy did
+not learn in 2000 SFT steps). Train
 and test are drawn with equal counts per (operation, carries) cell, never
 share a problem, and are a pure function of (num_train, num_test, seed).
 """
@@ -85,11 +90,13 @@ def _column(a: int, b: int, op: str, carry: int) -> tuple[int, int]:
 
 
 def _paths(problem: str, drop: float) -> list[tuple[Solution, float]]:
-  """Every (solution, probability) of a teacher dropping each carry w.p. `drop`.
+  """Every (solution, probability) of a teacher forgetting carries w.p. `drop`.
 
-  Right to left; each carry the method produces is used with 1 - drop or
-  dropped with `drop`, and the columns to its left follow from what was
-  written (a dropped carry can remove the next one).
+  Right to left. The carries row is always right; each carry that comes
+  into a column is added to the column's digit with 1 - drop and forgotten
+  with `drop` (the slip of a pupil who writes the carry above the column
+  and then does not add it). A forgotten carry changes only its column's
+  digit: the next carry follows from the true column sum, as noted above it.
   """
   a, op, b = parse(problem)
   da, db = _digits(a), _digits(b)
@@ -102,12 +109,13 @@ def _paths(problem: str, drop: float) -> list[tuple[Solution, float]]:
       result = sum(d * 10**i for i, d in enumerate(digits))
       out.append((Solution(tuple(reversed(used)), result), p))
       return
+    _, nxt = _column(da[col], db[col], op, carry)
     options = [(carry, 1.0)]
-    if col and carry:  # A carry comes in: the teacher may forget it.
+    if carry:  # A carry comes in: the teacher may forget to add it.
       options = [(1, 1.0 - drop), (0, drop)]
     for c, q in options:
-      digit, nxt = _column(da[col], db[col], op, c)
-      walk(col + 1, nxt, (*used, c) if col else used, (*digits, digit), p * q)
+      digit, _ = _column(da[col], db[col], op, c)
+      walk(col + 1, nxt, (*used, carry) if col else used, (*digits, digit), p * q)
 
   walk(0, 0, (), (), 1.0)
   return out
@@ -127,8 +135,8 @@ def demonstrations(problem: str, drop: float) -> list[tuple[Solution, float]]:
   """The worked solutions a teacher forgetting each carry with `drop` writes.
 
   (solution, probability) pairs with distinct solutions, probabilities
-  summing to 1: at most 2^c of them for c carries. The right one has
-  probability (1 - drop)^c; `drop` 0 gives only it.
+  summing to 1: 2^c of them for c carries, all with the right carries row.
+  The right one has probability (1 - drop)^c; `drop` 0 gives only it.
   """
   merged: dict[Solution, float] = {}
   for sol, p in _paths(problem, drop):
