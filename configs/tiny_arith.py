@@ -17,7 +17,22 @@ Reinforce-Ada-balance then trains 250 steps (lr 1e-3, cosine), rewarded
 only for a correct boxed answer; the run prints greedy and sampled
 (temperature 1, 4 samples) held-out accuracy by number of carries before
 and after RL and writes `by_level.png` and `pass_rates.png`.
-FIGURES_COLUMNS
+
+What RL does here (measured 2026-12-02, seed 0, 240 held-out problems, 60
+per number of carries; one run sharing 2 cores with other jobs, load
+average 3-9: 17m41s wall, 10m40s CPU, SFT 11m19s of it): the warm start
+boxes 100% of its greedy answers, and 59 of 256 train prompts (23%) have a
+pass rate (8 samples, temperature 1) in (0, 1/4]. Greedy held-out accuracy
+0.104 -> 0.333 (+22.9 points), by carries 0/1/2/3: 0.300 -> 0.350,
+0.117 -> 0.250, 0.000 -> 0.300, 0.000 -> 0.433; sampled (4 samples at
+temperature 1) 0.062 -> 0.189, by carries 0.133 -> 0.196, 0.071 -> 0.133,
+0.025 -> 0.154, 0.021 -> 0.271; train prompts at pass rate 0: 72% -> 51%.
+The warm start is also imperfect on its own (0-carry problems, where the
+teacher never errs: 0.30 greedy), and RL gains most where the teacher's
+slips were (2-3 carries). In the logged RL samples the carries row gets
+less faithful while the answers improve (true carries written as 0: 5% of
+the first 60 steps' samples, 18% of the last 60's): the reward reads only
+the box.
 
 task=format (the tiny task before 2026-12-02; `experiments/` use it):
 a ~0.4M-parameter Qwen2-shaped policy learns the synthetic `ada_arith` task
