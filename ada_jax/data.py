@@ -489,7 +489,12 @@ def _show(args: argparse.Namespace) -> None:
   if tok is not None:
     lengths = [len(ids) for ids in tok.encode_batch([e.prompt for e in examples])]
     print(f'prompt tokens: max {max(lengths)}, mean {np.mean(lengths):.1f}')
-  if arith:
+  if args.show == 'ada_columns':
+    worked = [ada_columns.solve(e.problem).text for e in examples]
+    print(f'worked solution: {examples[0].problem} -> {worked[0]}')
+    answer = [len(tok.encode(w)) + 1 for w in worked]
+    print(f'response tokens (worked solution + eos): max {max(answer)}')
+  elif arith:
     answer = [len(tok.encode(f'\\boxed{{{e.reference}}}')) + 1 for e in examples]
     print(f'response tokens (\\boxed{{answer}} + eos): max {max(answer)}')
   print('difficulty histogram:')
