@@ -23,9 +23,9 @@ built-in difficulty ladder. Its slips change only the result digits, so
 what the warm start must learn from it stays a function of the prompt (a
 teacher whose forgotten carry also vanished from the carries row made the
 digits depend on the policy's own noisy carries, which a 2-layer policy did
-not learn in 2000 SFT steps). Train
-and test are drawn with equal counts per (operation, carries) cell, never
-share a problem, and are a pure function of (num_train, num_test, seed).
+not learn in 2000 SFT steps). Train and test are drawn with equal counts
+per (operation, carries) cell, never share a problem, and are a pure
+function of (num_train, num_test, seed).
 """
 
 from __future__ import annotations
@@ -46,11 +46,12 @@ MAX_CARRIES = DIGITS - 1  # The top column never carries out (4-digit results).
 
 @dataclasses.dataclass(frozen=True)
 class Solution:
-  """One way through the column method (right or with dropped carries).
+  """One worked solution: right, or with carries forgotten in the result.
 
   Attributes:
-    carries: carries (borrows) used into columns 3, 2, 1 (thousands first).
-    result: the result those carries give.
+    carries: the carries (borrows) noted into columns 3, 2, 1, thousands
+      first (always the right ones).
+    result: the result written, each forgotten carry left out of its digit.
   """
 
   carries: tuple[int, ...]

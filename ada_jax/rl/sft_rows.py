@@ -9,8 +9,8 @@ format at random on every problem, as base models do, and RL has a
 behaviour shared by all problems to learn.
 
 The `ada_columns` task's teacher (`demonstration_rows`) writes worked column
-solutions and forgets each carry with a probability: every solution it can
-write is a row, drawn with the probability the teacher writes it, so the
+solutions, noting every carry but forgetting to add each one with a
+probability: every solution it can write is a row, drawn with the probability the teacher writes it, so the
 warm start learns the teacher's slips as a distribution, on every problem.
 
 Dimension legend: E examples kept, D demonstrations (rows of all examples),

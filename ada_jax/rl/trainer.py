@@ -53,8 +53,8 @@ class SFTSettings:
   # answer (an imperfect teacher, see sft_rows.py). 1.0: always boxed.
   boxed_share: float = 1.0
   # 'answer': `\\boxed{reference}` (with boxed_share); 'columns': worked
-  # column solutions of ada_columns problems whose teacher forgets each carry
-  # with `carry_drop` (sft_rows.demonstration_rows).
+  # column solutions of ada_columns problems whose teacher forgets to add
+  # each carry with `carry_drop` (sft_rows.demonstration_rows).
   teacher: str = 'answer'
   carry_drop: float = 0.0
 
@@ -257,7 +257,11 @@ class Trainer:
   # SFT.
 
   def run_sft(self) -> None:
-    """Teacher-forced cross-entropy on prompt + `\\boxed{answer}` + EOS."""
+    """Teacher-forced cross-entropy on prompt + response + EOS.
+
+    The response is `\\boxed{answer}` (or the bare answer, `boxed_share`),
+    or with `teacher='columns'` a worked column solution.
+    """
     if self.sft_done:
       return
     rs = np.random.RandomState(self.seed + 1)
