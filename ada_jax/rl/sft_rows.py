@@ -10,8 +10,9 @@ behaviour shared by all problems to learn.
 
 The `ada_columns` task's teacher (`demonstration_rows`) writes worked column
 solutions, noting every carry but forgetting to add each one with a
-probability: every solution it can write is a row, drawn with the probability the teacher writes it, so the
-warm start learns the teacher's slips as a distribution, on every problem.
+probability: every solution it can write is a row, drawn with the
+probability the teacher writes it, so the warm start learns the teacher's
+slips as a distribution, on every problem.
 
 Dimension legend: E examples kept, D demonstrations (rows of all examples),
 B batch rows, P prompt bucket, N max new tokens.
