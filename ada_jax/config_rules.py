@@ -215,6 +215,7 @@ def _rules() -> dict[str, Rule]:
     'rl.eval_max_prompts': count,
     'rl.histogram_prompts': count,
     'rl.histogram_k': positive,
+    'rl.eval_sampled_k': Int(0, why='0: greedy evaluation only'),
     'sampling.max_new_tokens': positive,
     'sampling.temperature': Float(
       0.0,
@@ -230,6 +231,8 @@ def _rules() -> dict[str, Rule]:
     'sft.warmup': count,
     'sft.lr_schedule': OneOf(*update.LR_SCHEDULES),
     'sft.boxed_share': Float(0.0, 1.0, lo_open=True),
+    'sft.teacher': OneOf('answer', 'columns'),
+    'sft.carry_drop': Float(0.0, 1.0, hi_open=True),
     'verifier.timeout_s': Float(0.0, lo_open=True),
     'verifier.workers': Int(0, why='0: one per CPU'),
     'verifier.backend': OneOf(
@@ -248,9 +251,11 @@ def _dataset_check(name: str) -> str | None:
 
   configs = [c.name for c in ada_math_local.CONFIGS]
   family, _, config = name.partition('/')
-  if name == 'ada_arith' or (family == 'ada_math_local' and config in configs):
+  if name in ('ada_arith', 'ada_columns') or (
+    family == 'ada_math_local' and config in configs
+  ):
     return None
-  return f"must be 'ada_arith' or 'ada_math_local/<one of {configs}>'"
+  return f"must be 'ada_arith', 'ada_columns' or 'ada_math_local/<one of {configs}>'"
 
 
 def leaves(c: Mapping[str, Any], prefix: str = '') -> Iterator[tuple[str, Any]]:
@@ -366,16 +371,26 @@ def _cross_model(c: Any) -> None:
 
 def _cross_data(c: Any) -> None:
   from ada_jax import data
-  from ada_jax.datasets import ada_arith
+  from ada_jax.datasets import ada_arith, ada_columns
 
   levels = data.parse_levels(c.data.get('levels', ''))
-  if levels is not None and c.data.name == 'ada_arith':
-    known = set(range(len(ada_arith.LEVELS)))
+  ladders = {
+    'ada_arith': len(ada_arith.LEVELS),
+    'ada_columns': ada_columns.MAX_CARRIES + 1,
+  }
+  if levels is not None and c.data.name in ladders:
+    known = set(range(ladders[c.data.name]))
     if not levels & known:
       raise ConfigError(
-        f'config data.levels={c.data.levels!r} keeps no example of ada_arith '
+        f'config data.levels={c.data.levels!r} keeps no example of {c.data.name} '
         f'(its levels: {sorted(known)}); pass --config.data.levels= for all'
       )
+  sft = c.get('sft') or {}
+  if sft.get('teacher', 'answer') == 'columns' and c.data.name != 'ada_columns':
+    raise ConfigError(
+      "config sft.teacher='columns' writes worked solutions of ada_columns "
+      f'problems; data.name is {c.data.name!r}'
+    )
   limit = max_positions(c)
   total = c.data.prompt_bucket + c.sampling.max_new_tokens
   if total > limit:

@@ -32,7 +32,7 @@ import tensorflow_datasets as tfds
 
 from ada_jax import prompts as prompts_lib
 from ada_jax import tokenizer as tokenizer_lib
-from ada_jax.datasets import ada_arith, ada_math_local
+from ada_jax.datasets import ada_arith, ada_columns, ada_math_local
 
 
 @dataclasses.dataclass(frozen=True)
@@ -85,14 +85,14 @@ def builder(
   seed: int = 0,
   field_overrides: Mapping[str, Sequence[str]] | None = None,
 ) -> tfds.core.DatasetBuilder:
-  """The TFDS builder of `name` (`ada_arith` or `ada_math_local/<config>`).
+  """The TFDS builder of `name` (`ada_arith`, `ada_columns`, `ada_math_local/<config>`).
 
   Args:
     name: dataset name.
     data_dir: TFDS data dir (default: TFDS's, ~/tensorflow_datasets).
-    num_train: ada_arith train size (default: the default config's).
-    num_test: ada_arith test size.
-    seed: ada_arith generator seed.
+    num_train: ada_arith/ada_columns train size (default: the default config's).
+    num_test: ada_arith/ada_columns test size.
+    seed: ada_arith/ada_columns generator seed.
     field_overrides: ada_math_local field candidates to use instead of the
       config's: keys among `problem_fields`, `answer_fields`,
       `solution_fields`.
@@ -109,11 +109,20 @@ def builder(
       seed,
     )
     return ada_arith.AdaArith(config=config, **kwargs)
+  if family == 'ada_columns':
+    default = ada_columns.AdaColumns.BUILDER_CONFIGS[0]
+    config = ada_columns.config_for(
+      default.num_train if num_train is None else num_train,
+      default.num_test if num_test is None else num_test,
+      seed,
+    )
+    return ada_columns.AdaColumns(config=config, **kwargs)
   if family == 'ada_math_local':
     config = _math_local_config(config_name, field_overrides or {})
     return ada_math_local.AdaMathLocal(config=config, **kwargs)
   raise ValueError(
-    f'Unknown dataset {name!r}: use ada_arith or ada_math_local/<config> with '
+    f'Unknown dataset {name!r}: use ada_arith, ada_columns or '
+    'ada_math_local/<config> with '
     f'config in {[c.name for c in ada_math_local.CONFIGS]}.'
   )
 
@@ -456,7 +465,7 @@ class PromptIterator(Iterator[list[Example]]):
 
 
 def _show(args: argparse.Namespace) -> None:
-  arith = args.show.split('/')[0] == 'ada_arith'
+  arith = args.show.split('/')[0] in ('ada_arith', 'ada_columns')
   tok = None
   if args.tokenizer:
     tok = tokenizer_lib.load_tokenizer(args.tokenizer)
@@ -480,12 +489,21 @@ def _show(args: argparse.Namespace) -> None:
   if tok is not None:
     lengths = [len(ids) for ids in tok.encode_batch([e.prompt for e in examples])]
     print(f'prompt tokens: max {max(lengths)}, mean {np.mean(lengths):.1f}')
-  if arith:
+  if args.show == 'ada_columns':
+    worked = [ada_columns.solve(e.problem).text for e in examples]
+    print(f'worked solution: {examples[0].problem} -> {worked[0]}')
+    answer = [len(tok.encode(w)) + 1 for w in worked]
+    print(f'response tokens (worked solution + eos): max {max(answer)}')
+  elif arith:
     answer = [len(tok.encode(f'\\boxed{{{e.reference}}}')) + 1 for e in examples]
     print(f'response tokens (\\boxed{{answer}} + eos): max {max(answer)}')
   print('difficulty histogram:')
   hist = level_histogram(examples)
-  names = {i: lv.name for i, lv in enumerate(ada_arith.LEVELS)} if arith else {}
+  names = {}
+  if args.show == 'ada_arith':
+    names = {i: lv.name for i, lv in enumerate(ada_arith.LEVELS)}
+  elif args.show == 'ada_columns':
+    names = {c: f'{c} carries' for c in range(ada_columns.MAX_CARRIES + 1)}
   for level, count in hist.items():
     bar = '#' * max(1, round(40 * count / max(hist.values())))
     print(f'  {level:>3} {names.get(level, ""):<12} {count:>6} {bar}')

@@ -18,7 +18,8 @@ prompt bucket: Qwen2.5-Math has 4096 positions, so 1024 + 3072.
 
 Datasets: `math500`, `minerva_math`, `olympiadbench`, `aime_like`,
 `validate`, `custom` or any `ada_math_local/<config>` (their default
-split), `ada_arith` (its test split); `NAME:SPLIT` picks another split.
+split), `ada_arith` or `ada_columns` (their test split); `NAME:SPLIT` picks
+another split.
 The run's own dataset (`data.name`, e.g. ada_arith) is evaluated on the
 band of levels the run used (`data.levels`), as its in-run evaluation was.
 Graders (`--graders`): `ada` (default) grades every set with
@@ -181,12 +182,13 @@ def dataset_split(name: str) -> tuple[str, str]:
 
   name, _, split = name.partition(':')
   configs = {c.name: c for c in ada_math_local.CONFIGS}
-  if name == 'ada_arith':
+  if name in ('ada_arith', 'ada_columns'):
     return name, split or 'test'
   short = name.removeprefix('ada_math_local/')
   if short not in configs:
     raise ValueError(
-      f'--datasets: unknown set {name!r}; use ada_arith or one of {sorted(configs)}'
+      f'--datasets: unknown set {name!r}; use ada_arith, ada_columns or one of '
+      f'{sorted(configs)}'
     )
   return f'ada_math_local/{short}', split or configs[short].split
 

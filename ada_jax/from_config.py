@@ -452,6 +452,7 @@ def trainer(
     eval_max_prompts=rl.eval_max_prompts,
     histogram_prompts=rl.histogram_prompts,
     histogram_k=rl.histogram_k,
+    eval_sampled_k=rl.get('eval_sampled_k', 0),
     samples_to_log=c.log.samples_per_step,
   )
   sft = trainer_lib.SFTSettings(**dict(c.sft))

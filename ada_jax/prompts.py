@@ -8,7 +8,7 @@ r"""Prompt templates: the reference's chat prompt, a plain one, the tiny task's.
   because prompts are encoded without special tokens).
 - `tiny`: `Q:<problem>=`, for the arithmetic task and its tiny tokenizer; the
   model is trained to answer `\boxed{<n>}` and stop.
-- `auto`: `tiny` for ada_arith, else `chat` if the tokenizer has a chat
+- `auto`: `tiny` for ada_arith and ada_columns, else `chat` if the tokenizer has a chat
   template, else `plain`.
 """
 
@@ -52,7 +52,7 @@ def resolve(
   if template not in TEMPLATES:
     raise ValueError(f'Unknown prompt template {template!r}; use one of {TEMPLATES}.')
   if template == 'auto':
-    if dataset.split('/')[0] == 'ada_arith':
+    if dataset.split('/')[0] in ('ada_arith', 'ada_columns'):
       return 'tiny'
     if tokenizer is None:
       raise ValueError(f'Template auto for {dataset} needs a tokenizer.')

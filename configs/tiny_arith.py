@@ -1,6 +1,55 @@
 r"""Tiny end-to-end run on CPU: SFT warm start, then Reinforce-Ada on arithmetic.
 
-A ~0.4M-parameter Qwen2-shaped policy learns the synthetic `ada_arith` task
+Two tasks, chosen by the `task` arg: `columns` (the default) and `format`.
+
+task=columns: a ~0.4M-parameter Qwen2-shaped policy learns `ada_columns`,
+four-digit addition and subtraction written as a worked solution, the
+carries (borrows) into the thousands, hundreds and tens columns and then the
+boxed result (`3471+2852=` -> `110\\boxed{6323}`). Every problem shares
+this one procedure, so what RL sharpens on train prompts carries over to
+unseen ones. The SFT warm start (2000 steps, lr 3e-3, cosine) imitates a
+teacher that notes every carry but forgets to add each one to its column
+with probability 0.6 (`sft.carry_drop`), always boxing its answer: its pass
+rate on a problem with c carries is 0.4^c, so the held-out levels (0-3
+carries, 60 problems each) form a difficulty ladder, and a greedy warm
+start leaves out every carry (the likelier digit).
+Reinforce-Ada-balance then trains 250 steps (lr 1e-3, cosine), rewarded
+only for a correct boxed answer; the run prints greedy and sampled
+(temperature 1, 4 samples) held-out accuracy by number of carries before
+and after RL and writes `by_level.png` and `pass_rates.png`.
+
+What RL does here (measured 2026-12-02, seeds 0/1/2, 240 held-out
+problems, 60 per number of carries; each run alone among other people's
+jobs on 2 cores: 17m41s wall at load average 6-9, 11m06s and 11m36s at
+load 3-5, about 10.5 min of CPU each, SFT 6-11 min of it):
+
+  seed                            0                1                2
+  warm start boxes (greedy)       100%             100%             100%
+  train prompts in (0, 1/4]       23%              31%              36%
+  greedy held-out                 0.104 -> 0.333   0.254 -> 0.642   0.263 -> 0.771
+    0 carries                     0.300 -> 0.350   0.983 -> 0.933   0.917 -> 0.867
+    1 carry                       0.117 -> 0.250   0.033 -> 0.333   0.133 -> 0.700
+    2 carries                     0.000 -> 0.300   0.000 -> 0.417   0.000 -> 0.717
+    3 carries                     0.000 -> 0.433   0.000 -> 0.883   0.000 -> 0.800
+  sampled (4 x temp 1)            0.062 -> 0.189   0.287 -> 0.545   0.312 -> 0.609
+    0/1/2/3 carries before        .13 .07 .03 .02  .79 .25 .08 .04  .80 .25 .15 .05
+    0/1/2/3 carries after         .20 .13 .15 .27  .80 .35 .38 .65  .77 .56 .54 .57
+  train prompts at pass rate 0    72% -> 51%       38% -> 11%       31% -> 5%
+
+Greedy held-out accuracy rises by 22.9, 38.8 and 50.8 points (37.5 on
+average). The warm start leaves carries out (greedy: the likelier digit),
+and RL, rewarded only for the boxed answer, learns to add them on problems
+it never trained on; sampled accuracy rises on every number of carries
+but one: the 0-carry problems (where the teacher never errs) lose 5 points
+greedy on seeds 1 and 2 and 3 points sampled on seed 2, as the policy
+sometimes adds a carry where none is due. How far SFT gets in 2000 steps
+varies by seed: seeds 1 and 2 end at loss 0.14, seed 0 at 0.39 with its
+0-carry problems at 0.30, and its RL samples' carries row drifts (true
+carries written as 0: 5% of the first 60 steps' logged samples, 18% of the
+last 60's; seed 1 stays at 2%): the reward reads only the box.
+
+task=format (the tiny task before 2026-12-02; `experiments/` use it):
+a ~0.4M-parameter Qwen2-shaped policy learns the synthetic `ada_arith` task
 on the band of its ladder that such a model can learn in minutes: levels 0,
 1 and 4-7 (1d+1d, 2d+1d, 1d*1d, 2d*1d, 1d+1d*1d, (2d+1d)*1d; the carry-heavy
 2d±2d and the big products stay at pass rate 0 for it and would only dilute
@@ -40,9 +89,11 @@ Commands:
   CPU:  python -m ada_jax.main --config configs/tiny_arith.py --workdir /tmp/tiny
   CPU, another variant:
         python -m ada_jax.main --config configs/tiny_arith.py:variant=grpo --workdir /tmp/tiny_grpo
+  CPU, the format task:
+        python -m ada_jax.main --config configs/tiny_arith.py:task=format --workdir /tmp/tiny_format
   TPU:  ./launch_tpu.sh run configs/tiny_arith.py:tpu=v4-32 --workdir gs://BUCKET/tiny
 
-Arg keys (comma separated): variant=grpo|pos|balance|dapo|est,
+Arg keys (comma separated): task=columns|format, variant=grpo|pos|balance|dapo|est,
 schedule=paper|refill, seed=INT, tpu=v4-32|v5p-64|v6e-64 (checked; the
 tiny model stays data-parallel over all chips), runlocal (accepted; this
 config always runs locally). Parsing lives in configs/common.py.
@@ -62,6 +113,9 @@ except ImportError:  # Loaded from outside the repo root.
 CONFIG = 'configs/tiny_arith.py'
 VARIANTS = common.VARIANTS
 SCHEDULES = common.SCHEDULES
+# columns: ada_columns with the carry-dropping teacher (the default);
+# format: ada_arith with the format teacher (the figures above).
+TASKS = ('columns', 'format')
 
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
@@ -70,14 +124,23 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     arg,
     CONFIG,
     {
+      'task': TASKS,
       'variant': VARIANTS,
       'schedule': SCHEDULES,
       'seed': None,
       'tpu': tuple(common.TPUS),
       'runlocal': None,
     },
-    {'variant': 'balance', 'schedule': 'paper', 'seed': '0', 'tpu': '', 'runlocal': ''},
+    {
+      'task': 'columns',
+      'variant': 'balance',
+      'schedule': 'paper',
+      'seed': '0',
+      'tpu': '',
+      'runlocal': '',
+    },
   )
+  task = args['task']
   variant = args['variant']
   schedule = args['schedule']
 
@@ -148,6 +211,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   c.rl.eval_max_prompts = 0
   c.rl.histogram_prompts = 256
   c.rl.histogram_k = 8
+  c.rl.eval_sampled_k = 0  # Samples per held-out prompt at temperature 1.
 
   c.sampling = ml_collections.ConfigDict()
   c.sampling.max_new_tokens = 8
@@ -175,8 +239,13 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
       # The imperfect teacher: 40% of demonstrations boxed, the rest bare
       # (see the module docstring; 1.0 = a perfect teacher).
       boxed_share=0.4,
+      teacher='answer',
+      carry_drop=0.0,
     )
   )
+
+  if task == 'columns':
+    _columns_task(c)
 
   c.verifier = ml_collections.ConfigDict(dict(timeout_s=2.0, workers=2, backend='ada'))
   c.checkpoint = ml_collections.ConfigDict(dict(every=20, keep=2))
@@ -184,3 +253,19 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     dict(samples_per_step=4, wandb_project='', tensorboard=True)
   )
   return c
+
+
+def _columns_task(c: ml_collections.ConfigDict) -> None:
+  """The ada_columns task and its carry-dropping teacher (module docstring)."""
+  c.data.name = 'ada_columns'
+  c.data.levels = ''  # Levels are carries 0-3, drawn in equal numbers.
+  c.data.balance_levels = False
+  # Carries (3 tokens), \\boxed{ (1), 4 digits, } and EOS.
+  c.sampling.max_new_tokens = 10
+  c.sft.teacher = 'columns'
+  c.sft.boxed_share = 1.0
+  c.sft.carry_drop = 0.6
+  # Reading the carry it wrote takes the policy longer to learn than the
+  # format task's answers: 1000 steps leave it at 0 accuracy.
+  c.sft.steps = 2000
+  c.rl.eval_sampled_k = 4

@@ -80,7 +80,11 @@ def test_a_key_without_a_rule_is_an_error():
     ('rl.rule', 'ppo', "must be one of ('grpo', 'pos', 'balance', 'dapo', 'est')"),
     ('rl.clip_ratio_c', 0.5, 'must be a float > 1 or 0.0 or 0'),
     ('data.levels', '3-1', 'bad range'),
-    ('data.name', 'gsm8k', "must be 'ada_arith' or 'ada_math_local/<one of"),
+    (
+      'data.name',
+      'gsm8k',
+      "must be 'ada_arith', 'ada_columns' or 'ada_math_local/<one of",
+    ),
     ('model.tiny.head_dim', 15, 'must be even'),
     ('log.tensorboard', 1, 'must be a bool'),
   ],

@@ -71,7 +71,8 @@ def test_runlocal_validates(name):
   for variant, schedule in itertools.product(common.VARIANTS, common.SCHEDULES):
     c = MODULES[name].get_config(f'runlocal,variant={variant},schedule={schedule}')
     from_config.validate(c)
-    assert c.model.hf_path == '' and c.data.name == 'ada_arith'
+    tiny_task = 'ada_columns' if name == 'tiny_arith' else 'ada_arith'
+    assert c.model.hf_path == '' and c.data.name == tiny_task
     if name in PAPER:
       assert (
         c.model.tiny.family
@@ -121,8 +122,20 @@ def test_tiny_arith_values_unchanged_by_arg_parsing():
     256,
     1e-3,
   )
-  assert (c.data.levels, c.data.balance_levels, c.sft.steps) == ('0,1,4-7', True, 1000)
-  assert (c.sft.lr_schedule, c.sft.boxed_share) == ('cosine', 0.4)
+  assert (c.data.name, c.sft.teacher, c.sft.boxed_share) == (
+    'ada_columns',
+    'columns',
+    1.0,
+  )
+  # The format task keeps the values of its documented figures.
+  f = tiny.get_config('task=format')
+  assert (f.data.levels, f.data.balance_levels, f.sft.steps) == ('0,1,4-7', True, 1000)
+  assert (f.sft.lr_schedule, f.sft.boxed_share, f.sft.teacher) == (
+    'cosine',
+    0.4,
+    'answer',
+  )
+  assert (f.sampling.max_new_tokens, f.rl.eval_sampled_k) == (8, 0)
   assert tiny.get_config('tpu=v4-32,variant=balance').to_dict() == c.to_dict()
   assert tiny.get_config('seed=3').seed == 3
   assert tiny.get_config('variant=grpo').rl.slots == 128
@@ -143,6 +156,7 @@ def test_tiny_arith_values_unchanged_by_arg_parsing():
     ('tiny_arith', 'bogus', 'bogus'),
     ('tiny_arith', 'variant=nope', 'variant'),
     ('tiny_arith', 'tpu=v2-8', 'tpu'),
+    ('tiny_arith', 'task=mul', 'task'),
   ],
 )
 def test_bad_args_name_config_and_key(name, arg, key):

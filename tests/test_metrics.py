@@ -227,6 +227,22 @@ def test_plots_and_summary(tmp_path):
   assert metrics_lib.summary_table([]) == '(no metrics rows)'
 
 
+def test_before_after_plots_by_level_and_pass_rates(tmp_path):
+  hist = [('0', 3), ('(0.00,0.50]', 2), ('(0.50,1.00]', 1), ('1', 0)]
+  result = {
+    'eval_accuracy_by_level': {'0': 0.9, '1': 0.5},
+    'eval_sampled_accuracy_by_level': {'0': 0.8, '1': 0.3},
+    'pass_rate_histogram': hist,
+  }
+  paths = metrics_lib.plot_before_after(
+    tmp_path, {'before_rl': result, 'after_rl': result}
+  )
+  assert [p.name for p in paths] == ['by_level.png', 'pass_rates.png']
+  assert all(p.read_bytes()[:4] == b'\x89PNG' for p in paths)
+  # Summaries of older runs have neither: nothing to draw.
+  assert metrics_lib.plot_before_after(tmp_path, {'before_rl': {}}) == []
+
+
 def test_remote_files_buffer_then_rewrite(tmp_path, monkeypatch):
   # Object stores cannot append: pretend tmp_path is one.
   monkeypatch.setattr(metrics_lib, '_is_local', lambda path: False)

@@ -35,7 +35,8 @@ from ada_jax.infra import exit_codes
 from ada_jax.rl import fit as fit_lib
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
-CONFIG = str(ROOT / 'configs' / 'tiny_arith.py')
+# The format task (ada_arith), which the reference run and its figures use.
+CONFIG = str(ROOT / 'configs' / 'tiny_arith.py') + ':task=format'
 # One shared reference run: pytest runs with --dist=loadfile (pyproject), so
 # this module's tests share a worker and the run is made once.
 # Fields that differ between a run and its interrupted-and-resumed twin.
@@ -547,7 +548,7 @@ def test_missing_config_file_one_line(tmp_path, capsys):
 
 
 def test_bad_config_arg_one_line(tmp_path, capsys):
-  code = main.run(['--config', f'{CONFIG}:tpu=nope', '--workdir', str(tmp_path / 'w')])
+  code = main.run(['--config', f'{CONFIG},tpu=nope', '--workdir', str(tmp_path / 'w')])
   err = capsys.readouterr().err.strip()
   assert code == exit_codes.BAD_INPUT and len(err.splitlines()) == 1
   assert "arg tpu='nope' is not one of" in err

@@ -54,8 +54,11 @@ def data_dir(tmp_path_factory):
 
 
 def tiny_config(data_dir: str, arg: str = '', **rl):
-  """The tiny config on a (2,2,2) mesh, shrunk 4x, 3 RL steps, no SFT."""
-  c = _TINY.get_config(arg)
+  """The tiny config on a (2,2,2) mesh, shrunk 4x, 3 RL steps, no SFT.
+
+  The format task (ada_arith) unless `arg` names another `task=`.
+  """
+  c = _TINY.get_config(arg if 'task=' in arg else ','.join(('task=format', arg)))
   c.mesh.data, c.mesh.fsdp, c.mesh.tensor = 2, 2, 2
   c.data.data_dir = data_dir
   c.rl.prompts_per_step //= 4
@@ -213,8 +216,10 @@ def test_two_step_run_on_2x2x2_mesh(data_dir, tmp_path, capsys):
     calls.append(real)
     return real | hash_verify(responses, references)
 
-  c = tiny_config(data_dir, steps=2, eval_every=0, warmup=2)
+  # The columns task: its worked-solution teacher and its evaluation by level.
+  c = tiny_config(data_dir, 'task=columns', steps=2, eval_every=0, warmup=2)
   c.sft.steps, c.sft.warmup, c.sft.lr_schedule = 4, 0, 'cosine'
+  c.rl.eval_max_prompts, c.rl.eval_sampled_k = 16, 2
   verifier_calls = verifier.counters()['calls']
   r = run(c, tmp_path / 'wd', verify_fn=real_verify)
   assert calls and all(x.dtype == bool for x in calls)
@@ -242,6 +247,12 @@ def test_two_step_run_on_2x2x2_mesh(data_dir, tmp_path, capsys):
   for part in ('before_rl', 'after_rl'):
     # (The hash bit rewards unboxed answers too: no order between the two.)
     assert {'eval_accuracy', 'eval_boxed_frac'} <= set(r.summary[part])
+    # Levels are carries (the first 16 held-out problems have none).
+    by_level = r.summary[part]['eval_sampled_accuracy_by_level']
+    assert set(by_level) == set(r.summary[part]['eval_accuracy_by_level'])
+    assert 0 <= r.summary[part]['eval_sampled_accuracy'] <= 1
+  assert (tmp_path / 'wd' / 'by_level.png').exists()
+  assert (tmp_path / 'wd' / 'pass_rates.png').exists()
   samples = (tmp_path / 'wd' / 'samples.jsonl').read_text().splitlines()
   assert samples and all(json.loads(x)['verifier_backend'] == 'ada' for x in samples)
   # Output redirected to a file (capsys: not a terminal) holds plain

@@ -450,6 +450,85 @@ def plot_run(workdir: str | os.PathLike[str], *, phase: str = 'rl') -> list[epat
   return written
 
 
+def plot_before_after(
+  workdir: str | os.PathLike[str], summary: Mapping[str, Any]
+) -> list[epath.Path]:
+  """`DIR/by_level.png` and `DIR/pass_rates.png`: the run before and after RL.
+
+  by_level: held-out accuracy per level (greedy, and sampled where the
+  summary has it), before and after RL. pass_rates: the histogram of train
+  prompts' pass rates before and after RL. Either is skipped when the
+  summary lacks its data (older runs).
+
+  Args:
+    workdir: the run directory.
+    summary: the run's summary (`before_rl` and `after_rl` entries).
+
+  Returns:
+    The written paths.
+  """
+  from matplotlib.figure import Figure
+
+  workdir = epath.Path(workdir)
+  before, after = summary.get('before_rl', {}), summary.get('after_rl', {})
+  written = []
+
+  def save(fig: Any, name: str) -> None:
+    fig.tight_layout()
+    buf = io.BytesIO()
+    fig.savefig(buf, format='png')
+    out = workdir / f'{name}.png'
+    out.write_bytes(buf.getvalue())
+    written.append(out)
+
+  series = [
+    (f'{kind} {when}', result[key])
+    for kind, key in (
+      ('greedy', 'eval_accuracy_by_level'),
+      ('sampled', 'eval_sampled_accuracy_by_level'),
+    )
+    for when, result in (('before', before), ('after', after))
+    if key in result
+  ]
+  if series:
+    levels = sorted({lv for _, by in series for lv in by}, key=int)
+    fig = Figure(figsize=(6, 3.5), dpi=100)
+    ax = fig.add_subplot()
+    width = 0.8 / len(series)
+    for i, (label, by) in enumerate(series):
+      x = [j + (i - (len(series) - 1) / 2) * width for j in range(len(levels))]
+      ax.bar(x, [by.get(lv, 0.0) for lv in levels], width, label=label)
+    ax.set_xticks(range(len(levels)), levels)
+    ax.set_xlabel('level (ada_columns: carries)')
+    ax.set_ylabel('held-out accuracy')
+    ax.set_ylim(0, 1)
+    ax.set_title('held-out accuracy by level, before and after RL')
+    ax.grid(alpha=0.3, axis='y')
+    ax.legend(fontsize=7)
+    save(fig, 'by_level')
+  hists = [
+    (when, result['pass_rate_histogram'])
+    for when, result in (('before RL', before), ('after RL', after))
+    if 'pass_rate_histogram' in result
+  ]
+  if hists:
+    labels = [label for label, _ in hists[0][1]]
+    fig = Figure(figsize=(6, 3.5), dpi=100)
+    ax = fig.add_subplot()
+    width = 0.8 / len(hists)
+    for i, (when, hist) in enumerate(hists):
+      x = [j + (i - (len(hists) - 1) / 2) * width for j in range(len(labels))]
+      ax.bar(x, [n for _, n in hist], width, label=when)
+    ax.set_xticks(range(len(labels)), labels, rotation=45, fontsize=7)
+    ax.set_xlabel('pass rate')
+    ax.set_ylabel('train prompts')
+    ax.set_title('pass rates of train prompts')
+    ax.grid(alpha=0.3, axis='y')
+    ax.legend()
+    save(fig, 'pass_rates')
+  return written
+
+
 def summary_table(
   rows: Sequence[Mapping[str, Any]], keys: Sequence[str] = SUMMARY_KEYS
 ) -> str:

@@ -57,7 +57,7 @@ def fit(trainer: trainer_lib.Trainer) -> dict[str, Any]:
     # (their sampling is collective), whatever its own disk holds.
     if multihost.broadcast_from_main('before_rl' not in summary):
       summary['before_rl'] = {
-        **trainer.evaluate(),
+        **trainer.evaluate(detail=True),
         'pass_rate_histogram': trainer.pass_rate_histogram(),
       }
       if is_main:
@@ -69,6 +69,7 @@ def fit(trainer: trainer_lib.Trainer) -> dict[str, Any]:
           )
         )
         print(f'greedy test accuracy before RL: {_accuracy(summary["before_rl"])}')
+        print(_by_level(summary['before_rl']))
     bar = progress.progress(
       range(trainer.step + 1, rl.steps + 1),
       desc=f'rl/{rl.controller.rule}',
@@ -94,7 +95,7 @@ def fit(trainer: trainer_lib.Trainer) -> dict[str, Any]:
     summary.pop('preempted_at', None)
     summary.pop('preempted_phase', None)
     summary['after_rl'] = {
-      **trainer.evaluate(),
+      **trainer.evaluate(detail=True),
       'pass_rate_histogram': trainer.pass_rate_histogram(),
     }
     summary['steps'] = trainer.step
@@ -106,6 +107,7 @@ def fit(trainer: trainer_lib.Trainer) -> dict[str, Any]:
     if is_main:
       summary_path.write_text(json.dumps(summary, indent=2))
       metrics_lib.plot_run(writer.workdir)
+      metrics_lib.plot_before_after(writer.workdir, summary)
       rows = metrics_lib.read_rows(
         epath.Path(writer.workdir) / 'metrics.jsonl', phase='rl'
       )
@@ -120,6 +122,7 @@ def fit(trainer: trainer_lib.Trainer) -> dict[str, Any]:
         f'greedy test accuracy: before RL {_accuracy(summary["before_rl"])}'
         f' -> after RL {_accuracy(summary["after_rl"])}'
       )
+      print(_by_level(summary['before_rl'], summary['after_rl']))
     return summary
   finally:
     writer.flush()
@@ -138,3 +141,28 @@ def _accuracy(result: dict[str, float]) -> str:
   boxed = result.get('eval_boxed_frac')  # Absent in summaries of older runs.
   tail = '' if boxed is None else f' (boxed {boxed:.0%})'
   return f'{result["eval_accuracy"]:.3f}{tail}'
+
+
+def _by_level(before: dict[str, Any], after: dict[str, Any] | None = None) -> str:
+  """Held-out accuracy per level (greedy; sampled when measured), before -> after.
+
+  Level is the dataset's difficulty (ada_columns: the number of carries).
+  """
+  lines = ['held-out accuracy by level' + (' (before -> after RL):' if after else ':')]
+  keys = [('greedy', 'eval_accuracy_by_level', 'eval_accuracy')]
+  if 'eval_sampled_accuracy' in before:
+    keys.append(('sampled', 'eval_sampled_accuracy_by_level', 'eval_sampled_accuracy'))
+  for name, by, total in keys:
+    if by not in before:  # Summaries of older runs.
+      continue
+    levels = [*before[by], 'all']
+    cells = []
+    for lv in levels:
+      a = before[total] if lv == 'all' else before[by][lv]
+      cell = f'{a:.3f}'
+      if after is not None:
+        b = after[total] if lv == 'all' else after[by].get(lv, float('nan'))
+        cell += f' -> {b:.3f}'
+      cells.append(f'{lv}: {cell}')
+    lines.append(f'  {name:<8} ' + ', '.join(cells))
+  return '\n'.join(lines)

@@ -52,6 +52,11 @@ class SFTSettings:
   # Share of drawn demonstrations with a boxed answer; the rest give the bare
   # answer (an imperfect teacher, see sft_rows.py). 1.0: always boxed.
   boxed_share: float = 1.0
+  # 'answer': `\\boxed{reference}` (with boxed_share); 'columns': worked
+  # column solutions of ada_columns problems whose teacher forgets to add
+  # each carry with `carry_drop` (sft_rows.demonstration_rows).
+  teacher: str = 'answer'
+  carry_drop: float = 0.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -70,6 +75,9 @@ class RLSettings:
   eval_max_prompts: int = 0  # 0: the whole eval split.
   histogram_prompts: int = 256
   histogram_k: int = 8
+  # Samples per held-out prompt at the run's temperature in the evaluations
+  # before and after RL (0: greedy only).
+  eval_sampled_k: int = 0
   samples_to_log: int = 4
 
 
@@ -249,24 +257,41 @@ class Trainer:
   # SFT.
 
   def run_sft(self) -> None:
-    """Teacher-forced cross-entropy on prompt + `\\boxed{answer}` + EOS."""
+    """Teacher-forced cross-entropy on prompt + response + EOS.
+
+    The response is `\\boxed{answer}` (or the bare answer, `boxed_share`),
+    or with `teacher='columns'` a worked column solution.
+    """
     if self.sft_done:
       return
     rs = np.random.RandomState(self.seed + 1)
     examples = self.train_examples if self.sft_examples is None else self.sft_examples
     kw = dict(prompt_len=self.bucket, max_new_tokens=self.rl.sampling.max_new_tokens)
-    boxed = sft_lib.teacher_forcing_rows(self.tok, examples, **kw)
-    # The imperfect teacher: each drawn row is bare with 1 - boxed_share.
-    bare = None
-    if self.sft.boxed_share < 1:
-      bare = sft_lib.teacher_forcing_rows(self.tok, examples, boxed=False, **kw)
+    if self.sft.teacher == 'columns':
+      demos = sft_lib.demonstration_rows(
+        self.tok, examples, drop=self.sft.carry_drop, **kw
+      )
+
+      def draw():
+        return sft_lib.draw_demonstrations(rs, demos, self.sft.batch_size)
+
+    else:
+      boxed = sft_lib.teacher_forcing_rows(self.tok, examples, **kw)
+      # The imperfect teacher: each drawn row is bare with 1 - boxed_share.
+      bare = None
+      if self.sft.boxed_share < 1:
+        bare = sft_lib.teacher_forcing_rows(self.tok, examples, boxed=False, **kw)
+
+      def draw():
+        return sft_lib.draw_batch(
+          rs, boxed, bare, self.sft.batch_size, self.sft.boxed_share
+        )
+
     opt = update.make_optimizer()
     sft_update, opt_state = self._pinned_update(opt, update.sft_update_pinned)
     bar = progress_lib.progress(range(1, self.sft.steps + 1), desc='sft', leave=False)
     for step in bar:
-      batch = sft_lib.draw_batch(
-        rs, boxed, bare, self.sft.batch_size, self.sft.boxed_share
-      )
+      batch = draw()
       lr = update.lr_at(
         step,
         peak=self.sft.lr,
@@ -319,11 +344,17 @@ class Trainer:
       progress=progress,
     )
 
-  def evaluate(self) -> dict[str, float]:
+  def evaluate(self, detail: bool = False) -> dict[str, Any]:
     """Greedy accuracy on the held-out split, and how often an answer was boxed.
 
     `eval_boxed_frac` (responses with a `\\boxed{}` answer the verifier can
-    read) tells format failures from wrong answers.
+    read) tells format failures from wrong answers. With `detail` (the
+    evaluations before and after RL) also the greedy accuracy per level
+    (`eval_accuracy_by_level`, {level: accuracy}; ada_columns' levels are
+    carries), and with `RLSettings.eval_sampled_k` the mean accuracy of that
+    many samples per prompt at the run's temperature, overall and per level:
+    greedy decoding hides a policy's noise while its most likely token is
+    right.
     """
     ex = self.eval_examples
     if self.rl.eval_max_prompts:
@@ -331,10 +362,26 @@ class Trainer:
     correct, boxed = self._score(
       ex, k=1, temperature=0.0, rng=jax.random.key(0), progress='eval'
     )
-    return {
+    out: dict[str, Any] = {
       'eval_accuracy': float(correct.mean()),
       'eval_boxed_frac': float(boxed.mean()),
     }
+    if not detail:
+      return out
+    levels = np.asarray([e.level for e in ex])
+    out['eval_accuracy_by_level'] = _by_level(correct[:, 0], levels)
+    k = self.rl.eval_sampled_k
+    if k:
+      sampled, _ = self._score(
+        ex,
+        k=k,
+        temperature=self.rl.sampling.temperature,
+        rng=jax.random.key(2),
+        progress='eval sampled',
+      )
+      out['eval_sampled_accuracy'] = float(sampled.mean())
+      out['eval_sampled_accuracy_by_level'] = _by_level(sampled.mean(axis=1), levels)
+    return out
 
   def pass_rate_histogram(self) -> list[tuple[str, int]]:
     """Pass rates of k samples (temperature of the run) on train prompts."""
@@ -461,3 +508,8 @@ class Trainer:
       ),
     )
     return row
+
+
+def _by_level(values: np.ndarray, levels: np.ndarray) -> dict[str, float]:
+  """{level: mean of `values` [E] over its examples}, keys as JSON writes them."""
+  return {str(lv): float(values[levels == lv].mean()) for lv in np.unique(levels)}
