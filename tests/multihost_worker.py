@@ -85,10 +85,10 @@ def box_some_eval_answers(trainer: trainer_lib.Trainer) -> None:
     text = decode(self, ids, **kw)
     return f'\\boxed{{{text}}}' if zlib.crc32(text.encode()) % 2 else text
 
-  def evaluate_boxing_some():
+  def evaluate_boxing_some(**kw):
     tokenizer_lib.Tokenizer.decode = some_boxed
     try:
-      return evaluate()
+      return evaluate(**kw)
     finally:
       tokenizer_lib.Tokenizer.decode = decode
 

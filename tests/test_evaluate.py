@@ -88,7 +88,9 @@ def run(tmp_path_factory):
     '--config.rl.mini_batch_rows=16',
     '--config.rl.micro_batch_rows=16',
   ]
-  c = from_config.load(str(ROOT / 'configs' / 'tiny_arith.py'), overrides)
+  c = from_config.load(
+    str(ROOT / 'configs' / 'tiny_arith.py') + ':task=format', overrides
+  )
   workdir = str(root / 'run')
   trainer = from_config.trainer(c, workdir)
   trainer.save(force=True)
@@ -101,7 +103,7 @@ def run(tmp_path_factory):
 def _argv(run, checkpoint, out, *extra):
   return [
     '--config',
-    str(ROOT / 'configs' / 'tiny_arith.py'),
+    str(ROOT / 'configs' / 'tiny_arith.py') + ':task=format',
     '--checkpoint',
     checkpoint,
     '--datasets',
@@ -159,7 +161,9 @@ def test_evaluate_workdir_writes_json_and_markdown(run, caplog):
 
 
 def test_evaluate_caps_new_tokens_and_matches_hf_export(run, caplog):
-  c = from_config.load(str(ROOT / 'configs' / 'tiny_arith.py'), run['overrides'])
+  c = from_config.load(
+    str(ROOT / 'configs' / 'tiny_arith.py') + ':task=format', run['overrides']
+  )
 
   backends = []
 

@@ -114,7 +114,9 @@ def workdir(tmp_path_factory):
     'rl.micro_batch_rows': 16,
   }
   overrides = [f'--config.{key}={value}' for key, value in settings.items()]
-  c = sweep.build_config(str(ROOT / 'configs' / 'tiny_arith.py'), overrides)
+  c = sweep.build_config(
+    str(ROOT / 'configs' / 'tiny_arith.py') + ':task=format', overrides
+  )
   trainer = from_config.trainer(c, str(root / 'run'))
   trainer.save(force=True)
   trainer.ckpt.wait()
@@ -139,7 +141,7 @@ def test_command_selects_by_the_rescored_answers(workdir, monkeypatch, capsys):
   select_prompts.main(
     [
       '--config',
-      str(ROOT / 'configs' / 'tiny_arith.py'),
+      str(ROOT / 'configs' / 'tiny_arith.py') + ':task=format',
       '--checkpoint',
       workdir['run'],
       '--k',
