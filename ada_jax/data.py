@@ -101,22 +101,10 @@ def builder(
   if data_dir is not None:
     kwargs['data_dir'] = os.fspath(data_dir)
   family, _, config_name = name.partition('/')
-  if family == 'ada_arith':
-    default = ada_arith.AdaArith.BUILDER_CONFIGS[0]
-    config = ada_arith.config_for(
-      default.num_train if num_train is None else num_train,
-      default.num_test if num_test is None else num_test,
-      seed,
-    )
-    return ada_arith.AdaArith(config=config, **kwargs)
-  if family == 'ada_columns':
-    default = ada_columns.AdaColumns.BUILDER_CONFIGS[0]
-    config = ada_columns.config_for(
-      default.num_train if num_train is None else num_train,
-      default.num_test if num_test is None else num_test,
-      seed,
-    )
-    return ada_columns.AdaColumns(config=config, **kwargs)
+  synthetic = {'ada_arith': ada_arith.AdaArith, 'ada_columns': ada_columns.AdaColumns}
+  if family in synthetic:
+    builder = synthetic[family]
+    return builder(config=builder.config_for(num_train, num_test, seed), **kwargs)
   if family == 'ada_math_local':
     config = _math_local_config(config_name, field_overrides or {})
     return ada_math_local.AdaMathLocal(config=config, **kwargs)

@@ -144,33 +144,7 @@ def generate(
   return splits
 
 
-@dataclasses.dataclass
-class AdaArithConfig(tfds.core.BuilderConfig):
-  """Sizes and seed of one materialization of the task."""
-
-  num_train: int = 8000
-  num_test: int = 550
-  seed: int = 0
-
-
-def config_for(num_train: int, num_test: int, seed: int) -> AdaArithConfig:
-  """The config of the given sizes (the default one when they match)."""
-  default = AdaArith.BUILDER_CONFIGS[0]
-  if (num_train, num_test, seed) == (
-    default.num_train,
-    default.num_test,
-    default.seed,
-  ):
-    return default
-  return AdaArithConfig(
-    name=f'n{num_train}_t{num_test}_s{seed}',
-    num_train=num_train,
-    num_test=num_test,
-    seed=seed,
-  )
-
-
-class AdaArith(tfds.core.GeneratorBasedBuilder):
+class AdaArith(schema.SyntheticBuilder):
   """Synthetic arithmetic prompts with a difficulty ladder."""
 
   VERSION = tfds.core.Version('1.0.0')
@@ -181,19 +155,6 @@ class AdaArith(tfds.core.GeneratorBasedBuilder):
     '1.0.0': 'Eleven levels from 1d+1d to (2d-2d)*2d.'
   }
   BUILDER_CONFIGS: ClassVar[list[tfds.core.BuilderConfig]] = [
-    AdaArithConfig(name='default')
+    schema.SyntheticConfig(name='default', num_train=8000, num_test=550)
   ]
-
-  def _info(self) -> tfds.core.DatasetInfo:
-    return schema.info(self, __doc__)
-
-  def _split_generators(self, dl_manager):
-    del dl_manager  # Nothing to download.
-    config = self.builder_config
-    rows = generate(config.num_train, config.num_test, config.seed)
-    return {split: self._generate_examples(r) for split, r in rows.items()}
-
-  def _generate_examples(self, rows):
-    for row in rows:
-      # Problem texts are unique within a split, so they are valid keys.
-      yield row['problem'], row
+  generate = staticmethod(generate)

@@ -193,29 +193,7 @@ def generate(
   return splits
 
 
-@dataclasses.dataclass
-class AdaColumnsConfig(tfds.core.BuilderConfig):
-  """Sizes and seed of one materialization of the task."""
-
-  num_train: int = 4000
-  num_test: int = 240
-  seed: int = 0
-
-
-def config_for(num_train: int, num_test: int, seed: int) -> AdaColumnsConfig:
-  """The config of the given sizes (the default one when they match)."""
-  default = AdaColumns.BUILDER_CONFIGS[0]
-  if (num_train, num_test, seed) == (default.num_train, default.num_test, default.seed):
-    return default
-  return AdaColumnsConfig(
-    name=f'n{num_train}_t{num_test}_s{seed}',
-    num_train=num_train,
-    num_test=num_test,
-    seed=seed,
-  )
-
-
-class AdaColumns(tfds.core.GeneratorBasedBuilder):
+class AdaColumns(schema.SyntheticBuilder):
   """Four-digit column addition and subtraction, levels by carries."""
 
   VERSION = tfds.core.Version('1.0.0')
@@ -224,18 +202,6 @@ class AdaColumns(tfds.core.GeneratorBasedBuilder):
     '1.0.0': '4d+4d and 4d-4d with 4-digit results, levels 0-3 by carries.'
   }
   BUILDER_CONFIGS: ClassVar[list[tfds.core.BuilderConfig]] = [
-    AdaColumnsConfig(name='default')
+    schema.SyntheticConfig(name='default', num_train=4000, num_test=240)
   ]
-
-  def _info(self) -> tfds.core.DatasetInfo:
-    return schema.info(self, __doc__)
-
-  def _split_generators(self, dl_manager):
-    del dl_manager  # Nothing to download.
-    config = self.builder_config
-    rows = generate(config.num_train, config.num_test, config.seed)
-    return {split: self._generate_examples(r) for split, r in rows.items()}
-
-  def _generate_examples(self, rows):
-    for row in rows:
-      yield row['problem'], row
+  generate = staticmethod(generate)
