@@ -38,9 +38,10 @@ from etils import epath
 from experiments import report
 
 TINY = 'configs/tiny_arith.py'
-# The grids and their tables were measured on the format task (ada_arith);
-# the tiny config's default became ada_columns after them.
-TINY_TASK = 'task=format'
+# The worked-column task (ada_columns), the tiny config's default, named so
+# the grids stay on it if the default moves. The tables before 2026-12-02
+# were measured on the format task (`task=format`, ada_arith).
+TINY_TASK = 'task=columns'
 PAPER = 'configs/qwen25_math_1p5b.py'
 POD = 'v5p-64'
 SEEDS = (0, 1, 2)
@@ -73,16 +74,20 @@ def warm_start(seed: int) -> dict[str, Any]:
 
 
 def local_runs(
-  variants: Variants, seeds: Sequence[int] = SEEDS
+  variants: Variants,
+  seeds: Sequence[int] = SEEDS,
+  rl_steps: int | None = LOCAL_RL_STEPS,
 ) -> list[dict[str, Any]]:
-  """Every variant on the tiny config for each seed, after its warm start."""
+  """Every variant on the tiny config for each seed, after its warm start.
+
+  rl_steps: RL steps of every run; None keeps the tiny config's own.
+  """
   out = []
   for seed in seeds:
     out.append(warm_start(seed))
-    init = {
-      'model.init_from': f'{{sweeps}}/{WARM_START}/sft_s{seed}',
-      'rl.steps': LOCAL_RL_STEPS,
-    }
+    init: dict[str, Any] = {'model.init_from': f'{{sweeps}}/{WARM_START}/sft_s{seed}'}
+    if rl_steps is not None:
+      init['rl.steps'] = rl_steps
     out += [
       dict(
         config=TINY,
@@ -122,6 +127,9 @@ class Experiment:
     curves: plot name -> (x axis in `report.X_AXES`, metric).
     columns: the table's columns after variant and seeds.
     tpu_variants: the same on the paper config, if they differ.
+    rl_steps: RL steps of a local run; None: the tiny config's own (the main
+      job's).
+    tables: more table(s) after the first: title -> columns.
   """
 
   name: str
@@ -129,11 +137,13 @@ class Experiment:
   curves: Mapping[str, tuple[str, str]]
   columns: Sequence[report.Column]
   tpu_variants: Variants | None = None
+  rl_steps: int | None = LOCAL_RL_STEPS
+  tables: Mapping[str, Sequence[report.Column]] | None = None
 
   def sweep(self, local: bool = True) -> list[dict[str, Any]]:
     """The `ada_jax.sweep` entries: the local grid, or the TPU one."""
     if local:
-      return local_runs(self.variants)
+      return local_runs(self.variants, rl_steps=self.rl_steps)
     return tpu_runs(self.tpu_variants or self.variants)
 
   def analyze(self, workdirs: Mapping[str, str], out_dir: str) -> str:
@@ -145,6 +155,7 @@ class Experiment:
       curves=self.curves,
       columns=self.columns,
       order=list(self.variants),
+      tables=self.tables,
     )
 
   def main(self, argv: Sequence[str] | None = None) -> None:

@@ -69,14 +69,39 @@ def last_mean(key: str, steps: int = 5) -> Callable[[Run], float | None]:
   return lambda run: statistics.mean(v[-steps:]) if (v := _values(run, key)) else None
 
 
-def _accuracy(run: Run, when: str) -> float | None:
-  acc = run.summary.get(when, {}).get('eval_accuracy')
+def step_sum(key: str) -> Callable[[Run], float | None]:
+  """The metric summed over the run's steps (e.g. samples drawn in all)."""
+  return lambda run: math.fsum(v) if (v := _values(run, key)) else None
+
+
+def _accuracy(
+  run: Run, when: str, key: str = 'eval_accuracy', level: str | None = None
+) -> float | None:
+  """summary[when][key] (or its `level` entry, for a `*_by_level` key)."""
+  acc = run.summary.get(when, {}).get(key)
+  if level is not None:
+    acc = (acc or {}).get(level)
   return float(acc) if acc is not None else None
 
 
-def _gain(run: Run) -> float | None:
-  after, before = _accuracy(run, 'after_rl'), _accuracy(run, 'before_rl')
+def _gain(
+  run: Run, key: str = 'eval_accuracy', level: str | None = None
+) -> float | None:
+  after = _accuracy(run, 'after_rl', key, level)
+  before = _accuracy(run, 'before_rl', key, level)
   return after - before if after is not None and before is not None else None
+
+
+def accuracy(
+  when: str, key: str, level: str | None = None
+) -> Callable[[Run], float | None]:
+  """A held-out accuracy of the summary: before_rl or after_rl."""
+  return lambda run: _accuracy(run, when, key, level)
+
+
+def gain(key: str, level: str | None = None) -> Callable[[Run], float | None]:
+  """after_rl minus before_rl of a held-out accuracy."""
+  return lambda run: _gain(run, key, level)
 
 
 REWARD = Column('reward, last 5 steps', last_mean('reward_round1_mean'))
@@ -88,6 +113,33 @@ STANDARD = (REWARD, SAMPLES, ZERO_ADV, ACCURACY, GAIN)
 ENTROPY = Column('entropy, last 5 steps', last_mean('entropy'))
 ROUNDS = Column('rounds/step', step_mean('rounds'), '.2f')
 SAMPLE_S = Column('sampling s/step', step_mean('time_sample_s'), '.2f')
+GREEDY, SAMPLED = 'eval_accuracy', 'eval_sampled_accuracy'
+# The main job's table (experiments/main_job.py): held-out accuracy before,
+# after and gained, greedy and sampled (temperature 1, k per problem), and
+# the cost of getting there.
+MAIN_JOB = (
+  Column('greedy before', accuracy('before_rl', GREEDY)),
+  Column('greedy after', accuracy('after_rl', GREEDY)),
+  Column('greedy gain', gain(GREEDY), '+.3f'),
+  Column('sampled before', accuracy('before_rl', SAMPLED)),
+  Column('sampled after', accuracy('after_rl', SAMPLED)),
+  Column('sampled gain', gain(SAMPLED), '+.3f'),
+  ZERO_ADV,
+  SAMPLES,
+  Column('samples in all', step_sum('samples_drawn'), '.0f'),
+  Column('RL wall s', step_sum('time_step_s'), '.0f'),
+)
+
+
+def by_level(key: str, levels: Sequence[str]) -> tuple[Column, ...]:
+  """Held-out accuracy `key` per difficulty level, before and after RL."""
+  k = f'{key}_by_level'
+  return tuple(
+    Column(f'L{lv} {when}', accuracy(f'{when}_rl', k, lv))
+    for lv in levels
+    for when in ('before', 'after')
+  )
+
 
 # The curves every experiment draws: reward per step and per sample drawn.
 REWARD_CURVES = {
@@ -145,8 +197,18 @@ def curve(
   return (
     [statistics.mean(v) for v in zip(*xs, strict=True)],
     [statistics.mean(v) for v in by_step],
-    [statistics.stdev(v) if len(v) > 1 else 0.0 for v in by_step],
+    [_std(v) for v in by_step],
   )
+
+
+def _std(values: Sequence[float]) -> float:
+  """Sample std across seeds, 0 for one seed, NaN where a run lacks the metric.
+
+  Python 3.11's `statistics.stdev` raises on NaN instead of returning it.
+  """
+  if any(math.isnan(v) for v in values):
+    return math.nan
+  return statistics.stdev(values) if len(values) > 1 else 0.0
 
 
 def plot(
@@ -216,6 +278,7 @@ def report(
   curves: Mapping[str, tuple[str, str]],
   columns: Sequence[Column],
   order: Sequence[str] = (),
+  tables: Mapping[str, Sequence[Column]] | None = None,
 ) -> str:
   """Plots and table of one experiment: OUT/<curve>.png and OUT/NAME.md.
 
@@ -226,9 +289,10 @@ def report(
     curves: plot name -> (x axis in `X_AXES`, metric).
     columns: the table's columns after variant and seeds.
     order: variants in table and legend order; others follow, sorted.
+    tables: more tables after the first, title -> columns (e.g. per level).
 
   Returns:
-    The markdown table.
+    The markdown tables.
   """
   found = load(workdirs)
   ranked = [v for v in order if v in found]
@@ -237,6 +301,8 @@ def report(
   out.mkdir(parents=True, exist_ok=True)
   plots = plot(variants, curves, out_dir, title=name) if variants else []
   text = table(variants, columns)
+  for title, cols in (tables or {}).items():
+    text += f'\n{title}\n\n' + table(variants, cols)
   images = ''.join(f'![{os.path.basename(p)}]({os.path.basename(p)})\n' for p in plots)
   (out / f'{name}.md').write_text(f'# {name}\n\n{text}\n{images}')
   return text

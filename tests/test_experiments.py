@@ -25,7 +25,7 @@ from experiments import experiment as experiment_lib
 from experiments import report
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
-EXPERIMENTS = ('exit_rule', 'schedule', 'budget', 'baseline')
+EXPERIMENTS = ('exit_rule', 'schedule', 'budget', 'baseline', 'main_job')
 # Keys that shape the SFT phase: a warm start must agree with its users here.
 SFT_KEYS = ('seed', 'model', 'data', 'sft', 'sampling.max_new_tokens', 'mesh')
 
@@ -321,9 +321,14 @@ def test_experiment_grids_build(name, tmp_path, monkeypatch):
   for w in warm:  # Each seed's warm start comes before the runs that read it.
     (pathlib.Path(w.workdir) / 'checkpoints').mkdir(parents=True)
     assert sweep.build_config(w.config, w.overrides).rl.steps == 0
+  steps = module.EXPERIMENT.rl_steps
+  tiny_steps = sweep.build_config(warm[0].config, ()).rl.steps
   for run in rl_runs:
     c = sweep.build_config(run.config, run.overrides)
     from_config.validate(c)
+    assert c.data.name == 'ada_columns'  # The grids run the worked-column task.
+    # The grids' short runs, or (main_job) the main job's own step count.
+    assert c.rl.steps == (steps if steps is not None else tiny_steps)
     source = next(w for w in warm if w.workdir == c.model.init_from)
     assert local.index(source) < local.index(run)
     base = sweep.build_config(source.config, source.overrides)
@@ -408,6 +413,58 @@ def test_report_numbers_by_hand(tmp_path):
   assert (tmp_path / 'out' / 't.md').read_text().startswith('# t\n\n| variant |')
 
 
+def test_main_job_tables_by_hand(tmp_path):
+  """Greedy/sampled before, after, gain; totals; and the per-level tables."""
+  for seed, (greedy, sampled, lv3) in enumerate(
+    (((0.1, 0.3), (0.05, 0.15), (0.0, 0.4)), ((0.2, 0.6), (0.1, 0.1), (0.2, 0.4)))
+  ):
+    wd = tmp_path / f'balance_s{seed}'
+    with metrics_lib.MetricsWriter(str(wd), tensorboard=False) as w:
+      for step in (1, 2):
+        w.write(step, {'samples_drawn': 100 * step, 'time_step_s': 1.5, 'x': 0})
+
+    def when(i, greedy=greedy, sampled=sampled, lv3=lv3):
+      return {
+        'eval_accuracy': greedy[i],
+        'eval_sampled_accuracy': sampled[i],
+        'eval_accuracy_by_level': {'0': 1.0, '3': lv3[i]},
+        'eval_sampled_accuracy_by_level': {'0': 0.5, '3': lv3[i] / 2},
+      }
+
+    summary = {'before_rl': when(0), 'after_rl': when(1)}
+    (wd / 'summary.json').write_text(json.dumps(summary))
+  module = sweep.load_module(_path('main_job'))
+  text = module.EXPERIMENT.analyze(
+    {p.name: str(p) for p in tmp_path.iterdir()}, str(tmp_path / 'out')
+  )
+  main, greedy, sampled = (
+    [r for r in t.splitlines() if r.startswith('| balance')]
+    for t in text.split('\n\n')
+    if t.startswith('| variant')
+  )
+  cells = main[0].strip('| ').split(' | ')
+  # greedy before/after/gain, sampled before/after/gain, zero-adv (not
+  # logged: n/a), samples/step (150), samples in all (300), RL wall s (3).
+  assert cells[1:] == [
+    '2',
+    '0.150 ± 0.071',
+    '0.450 ± 0.212',
+    '+0.300 ± 0.141',
+    '0.075 ± 0.035',
+    '0.125 ± 0.035',
+    '+0.050 ± 0.071',
+    'n/a',
+    '150 ± 0',
+    '300 ± 0',
+    '3 ± 0',
+  ]
+  # L0 before/after, L1 (absent: n/a), L2 (n/a), L3 before/after.
+  g = greedy[0].strip('| ').split(' | ')[2:]
+  assert g[:2] == ['1.000 ± 0.000'] * 2 and g[2:6] == ['n/a'] * 4
+  assert g[6:] == ['0.100 ± 0.141', '0.400 ± 0.000']
+  assert sampled[0].strip('| ').split(' | ')[-2:] == ['0.050 ± 0.071', '0.200 ± 0.000']
+
+
 @pytest.fixture(scope='module')
 def real_run(tmp_path_factory):
   """exit_rule's seed-0 warm start and balance run, shrunk to seconds.
@@ -473,7 +530,9 @@ def test_analyze_real_run_metrics(name, real_run, tmp_path):
         ignore=shutil.ignore_patterns('checkpoints', 'tfds'),
       )
   module.EXPERIMENT.main(['--root', str(tmp_path), '--out', str(tmp_path / 'out')])
-  table = (tmp_path / 'out' / f'{name}.md').read_text()
+  text = (tmp_path / 'out' / f'{name}.md').read_text()
+  tables = text.split('\n\n')
+  table = next(t for t in tables if t.startswith('| variant'))
   rows = [line for line in table.splitlines() if line.startswith('| ')][1:]
   assert [r.split(' | ')[0][2:] for r in rows] == list(module.EXPERIMENT.variants)
   for row in rows:
