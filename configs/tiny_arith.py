@@ -277,7 +277,10 @@ def _columns_task(c: ml_collections.ConfigDict) -> None:
   c.sft.teacher = 'columns'
   c.sft.boxed_share = 1.0
   c.sft.carry_drop = 0.6
-  # Reading the carry it wrote takes the policy longer to learn than the
-  # format task's answers: 1000 steps leave it at 0 accuracy.
-  c.sft.steps = 2000
+  # A third layer: a 2-layer policy learned the column method late and by
+  # chance (2000 SFT steps left held-out greedy accuracy at 0.02-0.26 by
+  # seed and machine); with 3 the SFT loss reaches the teacher's floor
+  # (about 0.1) within about 1000 steps.
+  c.model.tiny.layers = 3
+  c.sft.steps = 1200
   c.rl.eval_sampled_k = 4

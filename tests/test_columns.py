@@ -17,8 +17,10 @@ def tok(tmp_path_factory):
 
 
 def test_worked_solution_writes_carries_then_the_boxed_result():
-  # 1+2 no carry, 7+5 carries into the tens, 4+8+1 into the hundreds.
-  assert ada_columns.solve('3471+2852').text == '110\\boxed{6323}'
+  # 1+2 no carry, 7+5 carries into the tens, 4+8+1 into the hundreds (the
+  # carries row is least significant first: tens, hundreds, thousands).
+  assert ada_columns.solve('3471+2852').text == '011\\boxed{6323}'
+  assert ada_columns.solve('1236+1045').text == '100\\boxed{2281}'
   assert ada_columns.solve('8023-4657').text == '111\\boxed{3366}'
   assert ada_columns.solve('1234+4321').text == '000\\boxed{5555}'
   assert ada_columns.carries('8023-4657') == 3
@@ -40,7 +42,7 @@ def test_solution_and_carries_agree_with_arithmetic_on_random_problems():
       for i in range(1, 4):
         low = a % 10**i + b % 10**i if op == '+' else a % 10**i - b % 10**i
         want = int(low >= 10**i) if op == '+' else int(low < 0)
-        assert sol.carries[3 - i] == want, (problem, sol)
+        assert sol.carries[i - 1] == want, (problem, sol)
 
 
 def test_teacher_forgets_each_carry_with_its_probability():
@@ -111,8 +113,8 @@ def test_demonstration_rows_are_drawn_as_often_as_the_teacher_writes_them(tok):
     tok.decode([int(t) for t in s[m == 1]]) for s, m in zip(seqs, targets, strict=True)
   )
   assert texts['000\\boxed{5555}'] == pytest.approx(2000, abs=120)
-  assert texts['110\\boxed{6323}'] == pytest.approx(2000 * 0.16, abs=60)
-  assert texts['110\\boxed{5223}'] == pytest.approx(2000 * 0.36, abs=80)
+  assert texts['011\\boxed{6323}'] == pytest.approx(2000 * 0.16, abs=60)
+  assert texts['011\\boxed{5223}'] == pytest.approx(2000 * 0.36, abs=80)
   # The verifier reads the last box: right only for the right solution.
   for text in texts:
     want = text.endswith('{6323}') or text.endswith('{5555}')

@@ -6,12 +6,18 @@ column method, one column at a time, each column's digit a function of its
 two operand digits and the carry (or borrow) coming in from the column to its
 right. A worked solution writes the carries first, then the result:
 
-  3471+2852  ->  110\boxed{6323}
+  3471+2852  ->  011\boxed{6323}
 
-`110` are the carries into the thousands, hundreds and tens columns (most
-significant first, the order the result is written in), so each result
-digit reads its carry at a fixed distance, as it reads its operand digits;
-the model never has to reverse a string. Operands and result have exactly
+`011` are the carries into the tens, hundreds and thousands columns, in the
+order the column method finds them (least significant first): each carry is
+a function of its column's two operand digits and the carry just written
+before it, so no token of the solution has to chain more than one column's
+work. Each result digit then reads its operand digits and its carry. (The
+first version wrote the carries most significant first, the order of the
+result: its first token needed all three lower columns at once, and a
+2-layer policy's SFT reached it late and unreliably: 2000 steps left
+held-out accuracy anywhere from 0.02 to 0.26 by seed and machine.)
+Operands and result have exactly
 four digits (sums below 10000, differences of at least 1000), so every
 problem has the same layout.
 
@@ -49,8 +55,8 @@ class Solution:
   """One worked solution: right, or with carries forgotten in the result.
 
   Attributes:
-    carries: the carries (borrows) noted into columns 3, 2, 1, thousands
-      first (always the right ones).
+    carries: the carries (borrows) noted into the tens, hundreds and
+      thousands columns, in that order (always the right ones).
     result: the result written, each forgotten carry left out of its digit.
   """
 
@@ -108,7 +114,7 @@ def _paths(problem: str, drop: float) -> list[tuple[Solution, float]]:
       return
     if col == DIGITS:
       result = sum(d * 10**i for i, d in enumerate(digits))
-      out.append((Solution(tuple(reversed(used)), result), p))
+      out.append((Solution(tuple(used), result), p))
       return
     _, nxt = _column(da[col], db[col], op, carry)
     options = [(carry, 1.0)]
