@@ -34,6 +34,10 @@ EXPERIMENT = experiment.Experiment(
   curves={
     **report.REWARD_CURVES,
     'zero_adv_vs_step': ('step', 'zero_adv_frac'),
+    # Held-out greedy accuracy (every rl.eval_every steps) per sample drawn:
+    # GRPO draws fewer samples per step.
+    'heldout_vs_samples': ('samples', 'eval_accuracy'),
+    'heldout_vs_step': ('step', 'eval_accuracy'),
     'entropy_vs_step': ('step', 'entropy'),
   },
   columns=report.MAIN_JOB,

@@ -141,6 +141,9 @@ def by_level(key: str, levels: Sequence[str]) -> tuple[Column, ...]:
   )
 
 
+# Held-out metrics logged every `rl.eval_every` steps (and in summary.json
+# before and after RL), drawn as sparse curves.
+EVAL_METRICS = ('eval_accuracy', 'eval_sampled_accuracy')
 # The curves every experiment draws: reward per step and per sample drawn.
 REWARD_CURVES = {
   'reward_vs_step': ('step', 'reward_round1_mean'),
@@ -182,23 +185,55 @@ def _smoothed(values: Sequence[float], window: int) -> list[float]:
 def curve(
   runs: Sequence[Run], x: str, y: str, smooth: int = SMOOTH
 ) -> tuple[list[float], list[float], list[float]]:
-  """(x, seed-mean of smoothed y, seed-std) over the shortest run's steps."""
+  """(x, seed-mean of smoothed y, seed-std) over the shortest run's steps.
+
+  A metric logged only on some steps (the periodic held-out evaluation,
+  `EVAL_METRICS`) is drawn unsmoothed at those steps, between its value
+  before RL (x = 0) and after RL (the run's last x) from summary.json.
+  """
+  if y in EVAL_METRICS:
+    return _eval_curve(runs, x, y)
   steps = min(len(run.rows) for run in runs)
   ys, xs = [], []
   for run in runs:
     rows = run.rows[:steps]
     ys.append(_smoothed([float(r.get(y, math.nan)) for r in rows], smooth))
-    key = X_AXES[x]
-    if key is None:
-      xs.append([float(r['step']) for r in rows])
-    else:
-      xs.append(list(itertools.accumulate(float(r.get(key, 0.0)) for r in rows)))
+    xs.append(_xs(rows, x))
+  return _seed_stats(xs, ys)
+
+
+def _xs(rows: Sequence[dict[str, Any]], x: str) -> list[float]:
+  key = X_AXES[x]
+  if key is None:
+    return [float(r['step']) for r in rows]
+  return list(itertools.accumulate(float(r.get(key, 0.0)) for r in rows))
+
+
+def _seed_stats(xs, ys) -> tuple[list[float], list[float], list[float]]:
   by_step = list(zip(*ys, strict=True))
   return (
     [statistics.mean(v) for v in zip(*xs, strict=True)],
     [statistics.mean(v) for v in by_step],
     [_std(v) for v in by_step],
   )
+
+
+def _eval_curve(runs: Sequence[Run], x: str, y: str):
+  xs, ys = [], []
+  for run in runs:
+    all_x = _xs(run.rows, x)
+    px, py = [0.0], [run.summary.get('before_rl', {}).get(y, math.nan)]
+    for r, xv in zip(run.rows, all_x, strict=True):
+      if isinstance(r.get(y), int | float):
+        px.append(xv)
+        py.append(float(r[y]))
+    if 'after_rl' in run.summary and all_x:
+      px.append(all_x[-1])
+      py.append(run.summary['after_rl'].get(y, math.nan))
+    xs.append(px)
+    ys.append([float(v) for v in py])
+  points = min(len(p) for p in xs)
+  return _seed_stats([p[:points] for p in xs], [p[:points] for p in ys])
 
 
 def _std(values: Sequence[float]) -> float:

@@ -421,7 +421,8 @@ def test_main_job_tables_by_hand(tmp_path):
     wd = tmp_path / f'balance_s{seed}'
     with metrics_lib.MetricsWriter(str(wd), tensorboard=False) as w:
       for step in (1, 2):
-        w.write(step, {'samples_drawn': 100 * step, 'time_step_s': 1.5, 'x': 0})
+        row = {'samples_drawn': 100 * step, 'time_step_s': 1.5}
+        w.write(step, {**row, 'eval_accuracy': 0.5} if step == 1 else row)
 
     def when(i, greedy=greedy, sampled=sampled, lv3=lv3):
       return {
@@ -458,6 +459,17 @@ def test_main_job_tables_by_hand(tmp_path):
     '300 ± 0',
     '3 ± 0',
   ]
+  # Held-out accuracy per sample drawn: before RL at 0, the step-1
+  # evaluation after 100 samples, after RL at 300 (seed means).
+  xs, mean, _ = report.curve(
+    report.load({p.name: str(p) for p in tmp_path.iterdir() if p.name != 'out'})[
+      'balance'
+    ],
+    'samples',
+    'eval_accuracy',
+  )
+  assert xs == [0, 100, 300] and mean == pytest.approx([0.15, 0.5, 0.45])
+  assert (tmp_path / 'out' / 'heldout_vs_samples.png').stat().st_size > 1000
   # L0 before/after, L1 (absent: n/a), L2 (n/a), L3 before/after.
   g = greedy[0].strip('| ').split(' | ')[2:]
   assert g[:2] == ['1.000 ± 0.000'] * 2 and g[2:6] == ['n/a'] * 4
