@@ -21,7 +21,15 @@ Commands (repo root):
   python -m ada_jax.sweep experiments/main_job.py --run   # the local grid
   python -m experiments.main_job                          # plots + table
 
-Results: experiments/README.md "main_job" and the README's tiny-run table.
+Results (local grid, 3 seeds, 2026-12-02; experiments/README.md "main_job"):
+balance raises greedy held-out accuracy by +43.3 ± 14.9 points (45.4, 57.1,
+27.4 by seed) and sampled by +27.6, on 1-3 carries, while the 0-carry
+problems lose 5-20 points greedy; pos does as well or slightly better
+(+46.7 ± 14.5, ahead on every seed) with 35% fewer samples, so the paper's
+balance > pos is not reproduced; GRPO collapses on every seed (held-out
+0.268 -> 0.004): after the early dip that all three variants go through,
+its groups of 4 find no correct sample on most prompts (zero-advantage
+fraction 0.97) and it never recovers, where the adaptive rules do.
 """
 
 from experiments import experiment, report
