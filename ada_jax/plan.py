@@ -184,6 +184,7 @@ def step_time_lines(c, cfg, shapes, mesh, chip: str | None) -> list[str]:
     mesh=mesh,
     chip=chips.CHIPS[chip],
     remat=cfg.remat,
+    attention=cfg.attention,
   )
   lines = [
     f'step time (roofline lower bound on {chip}: information, not a promise; '

@@ -63,6 +63,25 @@ def test_scaling_and_bounds():
   assert wider.flops == pytest.approx(base['update'].flops / 2)
 
 
+def test_decode_reads_the_written_blocks():
+  # P=1024, N=2048: blocks of 64 up to the current position, from 1024+64
+  # keys at the first step to all 3072 at the last: about P + N/2 on average.
+  keys = step_time.decode_keys(1024, 2048)
+  assert keys == pytest.approx(1024 + 2048 / 2 + 32, abs=1)
+  assert step_time.decode_keys(1024, 2048, 'dense') == 3072
+  # Every step reads whole blocks up to its position's, never past the buffer.
+  assert step_time.decode_keys(100, 28) == 128
+  assert step_time.decode_keys(100, 1) == 101
+  blockwise = _phases()['sampling rounds']
+  dense = _phases(attention='dense')['sampling rounds']
+  seven_b = models.model_config('qwen25_math_7b', jnp.bfloat16, jnp.float32)
+  kv_token = 2 * seven_b.num_layers * seven_b.num_kv_heads * seven_b.head_dim * 2
+  steps, slots_per_device = 4 * 2048, 4096 / 32
+  saved = steps * slots_per_device * (3072 - keys) * kv_token
+  assert dense.hbm_bytes - blockwise.hbm_bytes == pytest.approx(saved, rel=1e-9)
+  assert dense.flops > blockwise.flops
+
+
 def test_param_count_of_the_paper_models():
   c = models.model_config('qwen25_math_7b', jnp.bfloat16, jnp.float32)
   assert step_time.param_count(c) == pytest.approx(7.6e9, rel=0.01)

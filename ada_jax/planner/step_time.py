@@ -13,9 +13,12 @@ perfect implementation could do):
   * every matmul of the decoder (q, k, v, o, gate, up, down) at 2 FLOPs per
     multiply-add, split evenly over all devices (data, fsdp and tensor
     parallelism share the work);
-  * attention at 4·H·K FLOPs per (query, key) pair, over every key of the
-    buffer a query attends over: P+N keys per decode step (the cache is read
-    whole from step 1), T² pairs per training sequence (dense or chunked,
+  * attention at 4·H·K FLOPs per (query, key) pair, over every key the
+    program reads: per decode step, the cache's blocks from the first up to
+    the one holding the current position (`decode_keys`: blockwise decode
+    reads whole DECODE_BLOCK_K blocks of the written part, the batch's
+    longest prompt taken to fill the bucket; attention='dense' reads all
+    P+N keys from step 1), T² pairs per training sequence (dense or chunked,
     causal masking computes the masked half too);
   * the vocabulary projection where the program makes logits: the last
     prompt token (prefill), every decode step, every response token
@@ -42,6 +45,7 @@ from __future__ import annotations
 import dataclasses
 import math
 
+from ada_jax import attention as attention_lib
 from ada_jax import model as model_lib
 from ada_jax.planner import chips as chips_lib
 
@@ -80,6 +84,24 @@ def param_count(c: model_lib.ModelConfig) -> int:
   return matmul_params(c) + c.vocab_size * c.hidden_size + head
 
 
+def decode_keys(prompt_len: int, new_tokens: int, attention: str = 'auto') -> float:
+  """Keys one decode step reads, averaged over the N steps of a round.
+
+  Blockwise decode (every `attention` but 'dense') reads the blocks from
+  the first valid key's (0: the longest prompt filling the bucket) to the
+  current position's; dense reads the whole [P + N] buffer every step.
+  """
+  t = prompt_len + new_tokens
+  if attention == 'dense':
+    return float(t)
+  tk, _ = attention_lib.decode_block(t)
+  # Step i (1-based) writes position P + i - 1 and reads up to it.
+  read = [
+    min(((prompt_len + i - 1) // tk + 1) * tk, t) for i in range(1, new_tokens + 1)
+  ]
+  return sum(read) / new_tokens
+
+
 def _phase(name: str, flops: float, nbytes: float, chip: chips_lib.Chip, note=''):
   t_flops = flops / chip.bf16_flops
   t_bytes = nbytes / chip.hbm_bytes_per_s
@@ -108,6 +130,7 @@ def estimate(
   mesh: tuple[int, int, int],
   chip: chips_lib.Chip,
   remat: str = 'none',
+  attention: str = 'auto',
   sample_bytes: int = 2,
   kv_bytes: int = 2,
 ) -> list[Phase]:
@@ -127,6 +150,8 @@ def estimate(
     mesh: (data, fsdp, tensor) sizes.
     chip: the accelerator.
     remat: 'none' or 'block' (one more forward in the backward).
+    attention: the config's `model.attention` ('dense': decode reads the
+      whole cache every step; else the written blocks, `decode_keys`).
     sample_bytes: bytes per weight of the sampling copy (2: bf16).
     kv_bytes: bytes per KV-cache element.
   """
@@ -155,9 +180,10 @@ def estimate(
     )
   )
   # Decode: `rounds` x N steps of S slots; each step reads the weights once
-  # and each slot's whole [P + N] cache.
-  step_flops = slots * (2 * mm + attn_pair * t + vocab)
-  step_bytes = sample_weights + slots * t * kv_token / (devices / tensor) / g_split
+  # and each slot's cache up to the current position's block.
+  keys = decode_keys(p, n, attention)
+  step_flops = slots * (2 * mm + attn_pair * keys + vocab)
+  step_bytes = sample_weights + slots * keys * kv_token / (devices / tensor) / g_split
   steps = rounds * n
   phases.append(
     _phase(
