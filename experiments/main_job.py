@@ -21,15 +21,16 @@ Commands (repo root):
   python -m ada_jax.sweep experiments/main_job.py --run   # the local grid
   python -m experiments.main_job                          # plots + table
 
-Results (local grid, 3 seeds, 2026-12-02; experiments/README.md "main_job"):
-balance raises greedy held-out accuracy by +43.3 ± 14.9 points (45.4, 57.1,
-27.4 by seed) and sampled by +27.6, on 1-3 carries, while the 0-carry
-problems lose 5-20 points greedy; pos does as well or slightly better
-(+46.7 ± 14.5, ahead on every seed) with 35% fewer samples, so the paper's
-balance > pos is not reproduced; GRPO collapses on every seed (held-out
-0.268 -> 0.004): after the early dip that all three variants go through,
-its groups of 4 find no correct sample on most prompts (zero-advantage
-fraction 0.97) and it never recovers, where the adaptive rules do.
+Results (local grid, 3 seeds, 2026-12-02, lr 3e-4; experiments/README.md
+"main_job"): balance raises greedy held-out accuracy by +59.4 ± 3.4 points
+(60.0, 62.5, 55.8 by seed) and sampled by +37.6, at every number of carries
+on every seed (0 carries: -1.7 to -3.3 points greedy); pos gains the same (+59.6
+± 6.9) with 44% fewer samples, so the paper's balance > pos is not
+reproduced; GRPO gains +56.1 ± 7.5, behind balance on every seed (by 0.5,
+1.2, 8.3 points) and per step (0.59 vs 0.71 at step 50), with a quarter of
+its samples and a zero-advantage fraction of 0.44 (balance 0.08). At the
+first lr, 1e-3, every variant dipped early and GRPO collapsed on every seed
+(held-out 0.268 -> 0.004): hence 3e-4.
 """
 
 from experiments import experiment, report
