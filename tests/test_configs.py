@@ -120,16 +120,19 @@ def test_tiny_arith_values_unchanged_by_arg_parsing():
     250,
     32,
     256,
-    1e-3,
+    3e-4,
   )
   assert (c.data.name, c.sft.teacher, c.sft.boxed_share) == (
     'ada_columns',
     'columns',
     1.0,
   )
+  # The columns task's documented figures: 3 layers, 1200 SFT steps.
+  assert (c.model.tiny.layers, c.sft.steps, c.sft.carry_drop) == (3, 1200, 0.6)
   # The format task keeps the values of its documented figures.
   f = tiny.get_config('task=format')
   assert (f.data.levels, f.data.balance_levels, f.sft.steps) == ('0,1,4-7', True, 1000)
+  assert (f.model.tiny.layers, f.rl.lr) == (2, 1e-3)
   assert (f.sft.lr_schedule, f.sft.boxed_share, f.sft.teacher) == (
     'cosine',
     0.4,
