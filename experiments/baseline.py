@@ -22,7 +22,8 @@ Commands (repo root; TPU grid and the whole set: experiments/README.md):
   python -m ada_jax.sweep experiments/baseline.py --run   # the local grid
   python -m experiments.baseline                          # plots + table
 
-Results (local grid, 3 seeds, experiments/README.md "baseline"): no
+Results (local grid, 3 seeds, the format task, 2026-12-01; the columns
+rerun is pending; experiments/README.md "baseline"): no
 difference the tiny task can resolve: round-1 reward 0.442-0.465 (std
 0.10), greedy gain +3.6 to +4.0 points (std 1.7-2.8) across the four.
 """

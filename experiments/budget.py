@@ -22,7 +22,8 @@ Commands (repo root; TPU grid and the whole set: experiments/README.md):
   python -m ada_jax.sweep experiments/budget.py --run   # the local grid
   python -m experiments.budget                          # plots + table
 
-Results (local grid, 3 seeds, experiments/README.md "budget"): M·N = 32
+Results (local grid, 3 seeds, the format task, 2026-12-01; the columns
+rerun is pending; experiments/README.md "budget"): M·N = 32
 draws ~1.85x the samples of M·N = 16 and lowers the zero-advantage
 fraction (0.40 vs 0.51), but neither round-1 reward (0.449-0.459) nor the
 greedy gain (+3.8 to +6.1 points, std ~1.7) orders by budget in 100 steps.

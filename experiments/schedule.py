@@ -22,10 +22,10 @@ Commands (repo root; TPU grid and the whole set: experiments/README.md):
   python -m ada_jax.sweep experiments/schedule.py --run   # the local grid
   python -m experiments.schedule                          # plots + table
 
-Results (local grid, 3 seeds, experiments/README.md "schedule"): refill
-ran 3.72 rounds/step vs 4.00 at slot utilization 0.85 vs 0.77, with the
-same learning within noise (round-1 reward over the last 5 steps 0.448 vs
-0.454, greedy gain +2.9 vs +3.8 points, std about 1.6).
+Results (local grid, 3 seeds, columns task, 2026-12-02; experiments/README.md
+"schedule"): refill ran 2.66 rounds/step vs 3.93 at slot utilization 0.78
+vs 0.44 and drew 520 vs 439 samples per step from the same slots, with the
+same learning within noise (greedy gain +52.8 vs +53.6 points, std 4-8).
 """
 
 from experiments import experiment, report
