@@ -19,10 +19,12 @@ Commands (repo root; TPU grid and the whole set: experiments/README.md):
   python -m ada_jax.sweep experiments/exit_rule.py --run   # the local grid
   python -m experiments.exit_rule                          # plots + table
 
-Results (local grid, 3 seeds, experiments/README.md "exit_rule"): every
-adaptive rule ends ahead of grpo in greedy gain (pos +4.9, dapo +4.9,
-balance +3.8, est +2.9 vs grpo +2.1 points, std about 2) with far fewer
-zero-advantage rows (balance 0.40, dapo 0, grpo 0.74), at 2-6x the samples.
+Results (local grid, 3 seeds, columns task, 2026-12-02; experiments/README.md
+"exit_rule"): every adaptive rule ends ahead of grpo in greedy gain
+(balance +53.6, pos +52.4, dapo +50.4, est +48.7 vs grpo +46.5 points, std
+7-10; balance and pos ahead of grpo on every seed), with far fewer
+zero-advantage rows (balance 0.03, dapo 0, grpo 0.41), at 2-3.4x the
+samples.
 """
 
 from experiments import experiment, report
