@@ -74,9 +74,7 @@ def step_sum(key: str) -> Callable[[Run], float | None]:
   return lambda run: math.fsum(v) if (v := _values(run, key)) else None
 
 
-def _accuracy(
-  run: Run, when: str, key: str = 'eval_accuracy', level: str | None = None
-) -> float | None:
+def _accuracy(run: Run, when: str, key: str, level: str | None = None) -> float | None:
   """summary[when][key] (or its `level` entry, for a `*_by_level` key)."""
   acc = run.summary.get(when, {}).get(key)
   if level is not None:
@@ -84,9 +82,7 @@ def _accuracy(
   return float(acc) if acc is not None else None
 
 
-def _gain(
-  run: Run, key: str = 'eval_accuracy', level: str | None = None
-) -> float | None:
+def _gain(run: Run, key: str, level: str | None = None) -> float | None:
   after = _accuracy(run, 'after_rl', key, level)
   before = _accuracy(run, 'before_rl', key, level)
   return after - before if after is not None and before is not None else None
@@ -104,16 +100,16 @@ def gain(key: str, level: str | None = None) -> Callable[[Run], float | None]:
   return lambda run: _gain(run, key, level)
 
 
+GREEDY, SAMPLED = 'eval_accuracy', 'eval_sampled_accuracy'
 REWARD = Column('reward, last 5 steps', last_mean('reward_round1_mean'))
 SAMPLES = Column('samples/step', step_mean('samples_drawn'), '.0f')
 ZERO_ADV = Column('zero-adv frac', step_mean('zero_adv_frac'))
-ACCURACY = Column('greedy acc. after RL', lambda run: _accuracy(run, 'after_rl'))
-GAIN = Column('gain over before RL', _gain, '+.3f')
+ACCURACY = Column('greedy acc. after RL', accuracy('after_rl', GREEDY))
+GAIN = Column('gain over before RL', gain(GREEDY), '+.3f')
 STANDARD = (REWARD, SAMPLES, ZERO_ADV, ACCURACY, GAIN)
 ENTROPY = Column('entropy, last 5 steps', last_mean('entropy'))
 ROUNDS = Column('rounds/step', step_mean('rounds'), '.2f')
 SAMPLE_S = Column('sampling s/step', step_mean('time_sample_s'), '.2f')
-GREEDY, SAMPLED = 'eval_accuracy', 'eval_sampled_accuracy'
 # The main job's table (experiments/main_job.py): held-out accuracy before,
 # after and gained, greedy and sampled (temperature 1, k per problem), and
 # the cost of getting there.
