@@ -36,7 +36,13 @@ through `attend`, with an implementation resolved statically by `resolve` from
            (left padding: the longest prompt's first token) to the block of
            the current position. The loop bounds are traced, the block shape
            static: the cost of a step follows the written length, nothing
-           recompiles as it grows.
+           recompiles as it grows. Optionally with a `SharedPrefix`: the
+           sampler's slots of one prompt (m consecutive rows) share its
+           prompt's keys, held once per prompt apart from the slots' own
+           response cache; the group's m·R queries per KV head are scored
+           against them in one product (the prefix is read once per prompt,
+           not once per slot), and the online softmax carries on over the
+           slot's own keys.
   auto     splash on TPU when S == T and T >= CHUNKED_MIN_T, chunked
            elsewhere for T >= CHUNKED_MIN_T, dense below (short prompts, the
            tiny config's T = 64), decode for T = 1.
@@ -110,12 +116,18 @@ class AttentionMask(NamedTuple):
     per call and shared by the layers.
   key_blocks: int32 [2] (decode only, else None): the key blocks [first, end)
     the decode loop reads, computed once per call.
+  prefix_valid: bool [B/m, P] (decode with a shared prefix, else None): which
+    positions of each group's prompt prefix hold real tokens (see
+    `decode_attention`).
+  prefix_blocks: int32 [2]: the prefix's key blocks [first, end).
   """
 
   query_index: Array
   kv_valid: Array
   dense: Array | None = None
   key_blocks: Array | None = None
+  prefix_valid: Array | None = None
+  prefix_blocks: Array | None = None
 
 
 def resolve(attention: str, t: int, s: int, backend: str | None = None) -> str:
@@ -145,14 +157,34 @@ def resolve(attention: str, t: int, s: int, backend: str | None = None) -> str:
   return 'splash' if backend == 'tpu' and s == t else 'chunked'
 
 
-def make_mask(query_index: Array, kv_valid: Array, impl: str) -> AttentionMask:
-  """The AttentionMask for `impl`; only dense gets the [B, 1, T, S] bool."""
+def make_mask(
+  query_index: Array,
+  kv_valid: Array,
+  impl: str,
+  prefix_valid: Array | None = None,
+) -> AttentionMask:
+  """The AttentionMask for `impl`; only dense gets the [B, 1, T, S] bool.
+
+  prefix_valid: bool [B/m, P], decode only: a prompt prefix shared by groups
+  of m consecutive rows, held apart from the rows' own cache (see
+  `decode_attention`).
+  """
+  if prefix_valid is not None and impl != 'decode':
+    raise ValueError(f'a shared prompt prefix needs decode attention, got {impl!r}')
   dense = dense_mask(query_index, kv_valid) if impl == 'dense' else None
-  blocks = None
+  blocks = prefix_blocks = None
   if impl == 'decode':
     tk, _ = decode_block(kv_valid.shape[-1])
     blocks = decode_key_blocks(query_index, kv_valid, tk)
-  return AttentionMask(query_index, kv_valid, dense, blocks)
+  if prefix_valid is not None:
+    p = prefix_valid.shape[-1]
+    ptk, _ = decode_block(p)
+    # Every prefix key precedes every query: the loop runs to the last block.
+    last = jnp.full((prefix_valid.shape[0], 1), p - 1, jnp.int32)
+    prefix_blocks = decode_key_blocks(last, prefix_valid, ptk)
+  return AttentionMask(
+    query_index, kv_valid, dense, blocks, prefix_valid, prefix_blocks
+  )
 
 
 def dense_mask(query_index: Array, kv_valid: Array) -> Array:
@@ -178,6 +210,7 @@ def attend(
   mask: AttentionMask,
   impl: str,
   dtype: Any,
+  prefix_kv: tuple[Array, Array] | None = None,
 ) -> Array:
   """Attention output [B, T, H, K] in `dtype`.
 
@@ -188,10 +221,21 @@ def attend(
     mask: from `make_mask` with the same `impl`.
     impl: a resolved implementation (see `resolve`).
     dtype: the compute dtype.
+    prefix_kv: decode only, with mask.prefix_valid: the shared prefix's keys
+      and values [B/m, G, P, K].
   """
   if impl == 'decode':
+    prefix = None
+    if prefix_kv is not None:
+      prefix = SharedPrefix(*prefix_kv, mask.prefix_valid, mask.prefix_blocks)
     return decode_attention(
-      q, k_cache, v_cache, mask.query_index, mask.kv_valid, mask.key_blocks
+      q,
+      k_cache,
+      v_cache,
+      mask.query_index,
+      mask.kv_valid,
+      mask.key_blocks,
+      prefix=prefix,
     )
   k, v = k_cache.astype(dtype), v_cache.astype(dtype)
   if impl == 'dense':
@@ -424,6 +468,20 @@ def decode_key_blocks(query_index: Array, kv_valid: Array, tk: int) -> Array:
   return jnp.stack([first, end]).astype(jnp.int32)
 
 
+class SharedPrefix(NamedTuple):
+  """A prompt prefix that groups of m consecutive rows share, read once per group.
+
+  k, v: [B/m, G, P, K] (cache dtype); valid: bool [B/m, P]; key_blocks:
+  int32 [2] from `decode_key_blocks` over valid with `decode_block(P)`'s
+  block, or None to compute it. Every prefix key precedes every query.
+  """
+
+  k: Array
+  v: Array
+  valid: Array
+  key_blocks: Array | None = None
+
+
 def decode_attention(
   q: Array,
   k: Array,
@@ -433,6 +491,7 @@ def decode_attention(
   key_blocks: Array | None = None,
   *,
   block_k: int | None = None,
+  prefix: SharedPrefix | None = None,
 ) -> Array:
   """Attention over the written blocks only: q [B, T, H, K] -> [B, T, H, K].
 
@@ -445,20 +504,60 @@ def decode_attention(
     key_blocks: int32 [2] from `decode_key_blocks` (same block size), or
       None to compute it here.
     block_k: key block cap; default DECODE_BLOCK_K.
+    prefix: keys before the rows' own k/v that groups of m = B / (B/m)
+      consecutive rows share (the sampler's slots of one prompt): the
+      attention is over prefix keys, then k/v. Each group's m·R queries per KV
+      head are scored against its prefix in one product, so the prefix is
+      read once per group, not once per row, and the per-row cache holds only
+      the rows' own tokens.
 
   Same visibility as dense (key s visible iff s <= query_index and
-  kv_valid[s]); keys outside [first, end) blocks are never read.
+  kv_valid[s]; with a prefix, every valid prefix key too); keys outside the
+  [first, end) blocks are never read.
   """
   b, t, h, kd = q.shape
   g, s = k.shape[1], k.shape[2]
+  r = h // g
   tk, _ = decode_block(s, block_k)
   if key_blocks is None:
     key_blocks = decode_key_blocks(query_index, kv_valid, tk)
-  qb = q.reshape(b, t, g, h // g, kd).transpose(0, 2, 3, 1, 4)  # [B, G, R, T, K]
+  qb = q.reshape(b, t, g, r, kd).transpose(0, 2, 3, 1, 4)  # [B, G, R, T, K]
   carry = _online_init(qb)
+  if prefix is not None:
+    carry = _prefix_carry(qb, prefix, block_k)
   _, total, acc = _decode_loop(carry, qb, k, v, query_index, kv_valid, key_blocks, tk)
   out = (acc / total[..., None]).astype(q.dtype)
   return out.transpose(0, 3, 1, 2, 4).reshape(b, t, h, kd)
+
+
+def _prefix_carry(qb: Array, prefix: SharedPrefix, block_k: int | None):
+  """The online-softmax carry of qb [B, G, R, T, K] after its groups' prefix."""
+  b, g, r, t, kd = qb.shape
+  n, p = prefix.valid.shape
+  m = b // n
+  if n * m != b:
+    raise ValueError(f'{b} rows do not split into groups of {n} prefixes')
+  ptk, _ = decode_block(p, block_k)
+  blocks = prefix.key_blocks
+  if blocks is None:
+    last = jnp.full((n, 1), p - 1, jnp.int32)
+    blocks = decode_key_blocks(last, prefix.valid, ptk)
+  # Group m rows' queries as m·R query rows of one prefix: [B/m, G, m·R, T, K].
+  qg = (
+    qb.reshape(n, m, g, r, t, kd)
+    .transpose(0, 2, 1, 3, 4, 5)
+    .reshape(n, g, m * r, t, kd)
+  )
+  qi = jnp.full((n, t), p - 1, jnp.int32)  # Sees every (valid) prefix key.
+  carry = _decode_loop(
+    _online_init(qg), qg, prefix.k, prefix.v, qi, prefix.valid, blocks, ptk
+  )
+
+  def ungroup(x):  # [B/m, G, m·R, T, ...] -> [B, G, R, T, ...]
+    x = x.reshape(n, g, m, r, *x.shape[3:])
+    return jnp.moveaxis(x, 2, 1).reshape(b, g, r, *x.shape[4:])
+
+  return tuple(ungroup(x) for x in carry)
 
 
 def _decode_loop(carry, qb, k, v, qi, valid, key_blocks, tk: int):

@@ -112,6 +112,12 @@ class KVCache(NamedTuple):
   k: tuple[Array, ...]
   v: tuple[Array, ...]
   valid: Array
+  # A prompt prefix shared by groups of m consecutive rows (the sampler's
+  # slots of one prompt), read before k/v: per-layer [B/m, G, P, K] and bool
+  # [B/m, P]. Decode only; k/v/valid then index the rows' own tokens from 0.
+  prefix_k: tuple[Array, ...] = ()
+  prefix_v: tuple[Array, ...] = ()
+  prefix_valid: Array | None = None
 
 
 def init_cache(
@@ -225,6 +231,7 @@ class Attention(nnx.Module):
     v_cache: Array,
     write_index: Array,
     impl: str,
+    prefix_kv: tuple[Array, Array] | None = None,
   ) -> tuple[Array, Array, Array]:
     c = self.config
     dt = c.dtype
@@ -242,7 +249,7 @@ class Attention(nnx.Module):
     k_cache = write_cache(k_cache, k.transpose(0, 2, 1, 3), write_index, axis=2)
     v_cache = write_cache(v_cache, v.transpose(0, 2, 1, 3), write_index, axis=2)
 
-    out = attention_lib.attend(q, k_cache, v_cache, mask, impl, dt)
+    out = attention_lib.attend(q, k_cache, v_cache, mask, impl, dt, prefix_kv)
     y = jnp.einsum('bthk,hkd->btd', out, self.o[...].astype(dt))
     if c.o_bias:
       y = y + self.o_bias[...].astype(dt)
@@ -307,9 +314,18 @@ class Block(nnx.Module):
     v_cache: Array,
     write_index: Array,
     impl: str,
+    prefix_kv: tuple[Array, Array] | None = None,
   ) -> tuple[Array, Array, Array]:
     y, k_cache, v_cache = self.attn(
-      self.attn_norm(x), positions, inv_freq, mask, k_cache, v_cache, write_index, impl
+      self.attn_norm(x),
+      positions,
+      inv_freq,
+      mask,
+      k_cache,
+      v_cache,
+      write_index,
+      impl,
+      prefix_kv,
     )
     x = x + y
     x = x + self.mlp(self.mlp_norm(x))
@@ -372,7 +388,9 @@ class Transformer(nnx.Module):
     Args:
       tokens: int [B, T].
       positions: int [B, T] RoPE positions (see positions_from_mask).
-      cache: KVCache with S >= write_index + T slots.
+      cache: KVCache with S >= write_index + T slots; with a shared prefix
+        (decode, T = 1) write_index and the causal order count from the
+        first key after the prefix.
       write_index: scalar or int [B], cache index of tokens[:, 0].
       token_mask: [B, T] 1 on real tokens (written into cache validity).
       return_hidden: return the final hidden states [B, T, D] instead of logits.
@@ -383,12 +401,19 @@ class Transformer(nnx.Module):
     c = self.config
     b, t = tokens.shape
     impl = attention_lib.resolve(c.attention, t, cache.valid.shape[-1])
+    if cache.prefix_valid is not None:
+      if t != 1 or c.attention == 'dense':
+        raise ValueError(
+          f'a shared-prefix cache is for decode (T = 1, attention != dense), '
+          f'got T={t}, attention={c.attention!r}'
+        )
+      impl = 'decode'
     write_index = jnp.asarray(write_index, jnp.int32)
     valid = write_cache(cache.valid, token_mask.astype(jnp.bool_), write_index)
     start = write_index if write_index.ndim == 0 else write_index[:, None]
     query_index = start + jnp.arange(t, dtype=jnp.int32)[None, :]
     query_index = jnp.broadcast_to(query_index, (b, t))
-    mask = attention_lib.make_mask(query_index, valid, impl)
+    mask = attention_lib.make_mask(query_index, valid, impl, cache.prefix_valid)
     inv_freq = rope_inv_freq(c)
 
     x = jnp.take(self.embed[...], tokens, axis=0).astype(c.dtype)
@@ -398,11 +423,14 @@ class Transformer(nnx.Module):
       if c.remat == 'block' and t > 1:
         x, k_i, v_i = _remat_block(layer, impl, *args)
       else:
-        x, k_i, v_i = layer(*args, impl)
+        prefix = None
+        if cache.prefix_valid is not None:
+          prefix = (cache.prefix_k[i], cache.prefix_v[i])
+        x, k_i, v_i = layer(*args, impl, prefix)
       new_k.append(k_i)
       new_v.append(v_i)
     x = self.final_norm(x)
-    new_cache = KVCache(tuple(new_k), tuple(new_v), valid)
+    new_cache = cache._replace(k=tuple(new_k), v=tuple(new_v), valid=valid)
     if return_hidden:
       return x, new_cache
     return self.project(x), new_cache

@@ -120,6 +120,7 @@ def step_shapes(c, cfg=None, eval_new_tokens: int = EVAL_NEW_TOKENS):
     logit_chunk=update.LOGIT_CHUNK,
     histogram_k=rl.histogram_k,
     greedy_eval=bool(c.data.eval_split),
+    slot_group=from_config.controller(c).slot_group,
   )
 
 
@@ -185,6 +186,7 @@ def step_time_lines(c, cfg, shapes, mesh, chip: str | None) -> list[str]:
     chip=chips.CHIPS[chip],
     remat=cfg.remat,
     attention=cfg.attention,
+    slot_group=shapes.slot_group,
   )
   lines = [
     f'step time (roofline lower bound on {chip}: information, not a promise; '
@@ -550,6 +552,7 @@ def compile_round(
   new_tokens: int,
   cast: bool = True,
   aligned: bool = False,
+  group: int = 1,
 ) -> Compiled:
   """One sampling round (`sampler.lower_round`, what `sample_round` runs)."""
   from ada_jax import sampler
@@ -557,7 +560,12 @@ def compile_round(
   model = sampling_model(config, mesh, cast=cast)
   cache = prompt_cache(config, mesh, prompts, prompt_len)
   lowered = sampler.lower_round(
-    model, cache, slots=slots, max_new_tokens=new_tokens, aligned=aligned
+    model,
+    cache,
+    slots=slots,
+    max_new_tokens=new_tokens,
+    aligned=aligned,
+    group=group,
   )
   return _memory(lowered.compile())
 
@@ -600,6 +608,7 @@ def compiled_phases(
         prompt_len=s.prompt_len,
         slots=s.slots,
         new_tokens=s.new_tokens,
+        group=s.slot_group,
       )
     elif phase in ('pass_rates', 'evaluation', 'selection'):
       new = s.eval_new_tokens or s.new_tokens if phase == 'evaluation' else s.new_tokens

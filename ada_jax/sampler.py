@@ -13,6 +13,15 @@ re-running the prompt, and decodes all S slots in one `lax.while_loop` that
 stops as soon as every live slot has emitted an EOS. The prompt cache is only
 read (never donated), so every round of the step reuses it.
 
+The round's cache (`round_cache`): with blockwise decode attention (every
+`model.attention` but 'dense') the prompt's keys are held once per group of
+`group` consecutive slots ([S/group, G, P, K]; the controller's paper
+schedule puts a prompt's M slots side by side, `slot_group`) and each slot
+has its own [S, G, N, K] response cache; a decode step scores a group's
+queries against its prompt's keys in one product, so a prompt's keys are read
+once per group, not once per slot. attention='dense' keeps the reference
+layout, a [S, G, P + N, K] cache per slot with the prompt copied in.
+
 Sampling knobs are traced arrays: temperature, top_p and top_k per slot [S],
 EOS ids padded to MAX_EOS_IDS. Changing them, or the slot assignment, never
 recompiles; S, the prompt bucket P and the generation length N fix the shapes.
@@ -319,8 +328,10 @@ def decode_step(
 
   Args:
     model: the policy.
-    cache: the round's cache [S, G, P + N, K] per layer.
-    prev: int [S], column i - 1's tokens, written at cache index p + i - 1.
+    cache: the round's cache, [S, G, P + N, K] per layer, or [S, G, N, K]
+      after a shared prompt prefix (see `sample_round`).
+    prev: int [S], column i - 1's tokens, written at cache index p + i - 1
+      (i - 1 after a shared prefix).
     start_pos: int [S], each slot's prompt length (RoPE position of column 0).
     i: int scalar, the column to choose.
     p: P, the prompt bucket.
@@ -334,18 +345,88 @@ def decode_step(
     (tokens [S], fp32 logprobs [S], the cache with column i - 1 written).
   """
   s = prev.shape[0]
+  # With a shared prefix the cache holds the response only, from index 0.
+  offset = 0 if cache.prefix_valid is not None else p
   logits, cache = model(
     prev[:, None],
     (start_pos + i - 1)[:, None],
     cache,
-    p + i - 1,
+    offset + i - 1,
     jnp.ones((s, 1), jnp.int32),
   )
   tok, lp = next_token(logits[:, 0], rng, i, temperature, top_p, top_k, filter_logits)
   return tok, lp, cache
 
 
-@functools.partial(jax.jit, static_argnums=(0, 1, 4, 11, 12))
+def round_cache(
+  model: model_lib.Transformer,
+  pc: PromptCache,
+  slot_prompt: Array,
+  n: int,
+  *,
+  aligned: bool = False,
+  group: int = 1,
+  mesh=None,
+) -> model_lib.KVCache:
+  """The KV cache a round of S slots starts from (traceable; see `sample_round`).
+
+  attention='dense': the reference layout, one [S, G, P + N, K] cache per
+  slot with its prompt's keys copied in. Otherwise the prompt's keys once per
+  group of `group` slots ([S/group, G, P, K], a `SharedPrefix`) and the
+  slots' own empty [S, G, N, K] response cache.
+  """
+  s = slot_prompt.shape[0]
+  idx = jnp.maximum(slot_prompt, 0)
+  kv_heads = model.config.num_kv_heads
+  sh4 = _cache_sharding(mesh, s, kv_heads)
+  sh2 = _rows_sharding(mesh, s, 2)
+
+  def rows(x):
+    # Aligned (slot s continues prompt s, S == B): the rows are where they
+    # are, on the device that holds them. Otherwise a gather, which the
+    # partitioner makes an all-gather of x over the data axes (all B rows on
+    # every device: the memory plan counts it).
+    return x if aligned else jnp.take(x, idx, axis=0)
+
+  if model.config.attention == 'dense':
+    # The reference layout: one [S, G, P + N, K] cache per slot, the prompt's
+    # keys copied into every slot (one padded write of the gathered prefix; a
+    # concatenate with a zeros buffer kept a second, partial copy).
+    def slot_cache(prefix):
+      return _constrain(jnp.pad(rows(prefix), ((0, 0), (0, 0), (0, n), (0, 0))), sh4)
+
+    cache = model_lib.KVCache(
+      tuple(slot_cache(x) for x in pc.k),
+      tuple(slot_cache(x) for x in pc.v),
+      _constrain(jnp.pad(rows(pc.valid), ((0, 0), (0, n))), sh2),
+    )
+  else:
+    # The prompt's keys once per group of `group` slots (the slots of one
+    # prompt), apart from the slots' own [S, G, N, K] response cache: the
+    # decode loop reads each prompt's prefix once per group, not per slot.
+    ng = s // group
+    gidx = jnp.maximum(jnp.max(slot_prompt.reshape(ng, group), axis=1), 0)
+    shp = _cache_sharding(mesh, ng, kv_heads)
+
+    def prefix_rows(x):
+      if aligned and group == 1:
+        return x
+      return jnp.take(x, gidx, axis=0)
+
+    response = jnp.zeros((s, kv_heads, n, model.config.head_dim), pc.k[0].dtype)
+    response = _constrain(response, sh4)
+    cache = model_lib.KVCache(
+      tuple(response for _ in pc.k),
+      tuple(response for _ in pc.v),
+      _constrain(jnp.zeros((s, n), jnp.bool_), sh2),
+      tuple(_constrain(prefix_rows(x), shp) for x in pc.k),
+      tuple(_constrain(prefix_rows(x), shp) for x in pc.v),
+      _constrain(prefix_rows(pc.valid), _rows_sharding(mesh, ng, 2)),
+    )
+  return cache
+
+
+@functools.partial(jax.jit, static_argnums=(0, 1, 4, 11, 12, 13))
 def _round_jit(
   graphdef,
   mesh,
@@ -360,6 +441,7 @@ def _round_jit(
   eos_ids,
   aligned: bool = False,
   filter_logits: bool = True,
+  group: int = 1,
 ):
   model = nnx.merge(graphdef, state)
   s = slot_prompt.shape[0]
@@ -369,22 +451,11 @@ def _round_jit(
   sh4 = _cache_sharding(mesh, s, model.config.num_kv_heads)
   sh2 = _rows_sharding(mesh, s, 2)
 
-  def rows(x):
-    # Aligned (slot s continues prompt s, S == B): the rows are where they
-    # are, on the device that holds them. Otherwise a gather, which the
-    # partitioner makes an all-gather of x over the data axes (all B rows on
-    # every device: the memory plan counts it).
+  def rows(x):  # As in round_cache: in place when aligned, else gathered.
     return x if aligned else jnp.take(x, idx, axis=0)
 
-  def slot_cache(prefix):  # [B, G, P, K] -> [S, G, P + N, K]
-    # One padded write of the gathered prefix (a concatenate with a zeros
-    # buffer kept a second, partial copy of the cache).
-    return _constrain(jnp.pad(rows(prefix), ((0, 0), (0, 0), (0, n), (0, 0))), sh4)
-
-  cache = model_lib.KVCache(
-    tuple(slot_cache(x) for x in pc.k),
-    tuple(slot_cache(x) for x in pc.v),
-    _constrain(jnp.pad(rows(pc.valid), ((0, 0), (0, n))), sh2),
+  cache = round_cache(
+    model, pc, slot_prompt, n, aligned=aligned, group=group, mesh=mesh
   )
   start_pos = rows(pc.lengths)
 
@@ -438,10 +509,10 @@ def _round_jit(
     done = done | is_eos(tok)
     # Keep slots split over the data axes through the loop (propagation alone
     # may pick a replicated layout for the carry).
-    cache = model_lib.KVCache(
-      tuple(_constrain(x, sh4) for x in cache.k),
-      tuple(_constrain(x, sh4) for x in cache.v),
-      _constrain(cache.valid, sh2),
+    cache = cache._replace(
+      k=tuple(_constrain(x, sh4) for x in cache.k),
+      v=tuple(_constrain(x, sh4) for x in cache.v),
+      valid=_constrain(cache.valid, sh2),
     )
     tokens, logps, mask = (_constrain(x, sh2) for x in (tokens, logps, mask))
     return i + 1, cache, tokens, logps, mask, done, tok
@@ -503,6 +574,7 @@ def sample_round(
   eos_ids: Sequence[int] | Array = (),
   aligned: bool = False,
   filter_logits: bool = True,
+  group: int = 1,
 ) -> Rollout:
   """Decodes S slots, slot s continuing prompt slot_prompt[s] (-1: idle, masked).
 
@@ -524,17 +596,27 @@ def sample_round(
       (pass `needs_filter(top_p, top_k)` of the run's config) leaves it out:
       top_p must then be 1 and top_k 0 in every slot. Static (its own
       compile), so a run passes one value throughout.
+    group: m, slots per prompt group: every run of m consecutive slots
+      (0..m-1, m..2m-1, ...) continues one prompt or idles, so the decode
+      loop reads that prompt's cached keys once per group instead of once per
+      slot (see `attention.SharedPrefix`). The controller's paper schedule
+      lays its rounds out this way (`ControllerSettings.slot_group`). Static
+      (its own compile); the results equal group=1's. Falls back to 1 when
+      the S/m groups do not split evenly over the mesh's data axes, and has
+      no effect with attention='dense'.
 
   Returns:
     Rollout with [S, N] tokens / logprobs / mask and [S] lengths.
 
   Raises:
     ValueError: `aligned` with S != B; `filter_logits` False with host
-      top_p / top_k that ask for filtering.
+      top_p / top_k that ask for filtering; S not a multiple of `group`, or
+      a host `slot_prompt` whose group mixes prompts.
   """
   graphdef, state = nnx.split(model)
   slot_prompt = _as(slot_prompt, np.int32)
   s = slot_prompt.shape[0]
+  group = _slot_group(slot_prompt, int(group), _mesh_of(state))
   if aligned and s != prompt_cache.lengths.shape[0]:
     raise ValueError(
       f'aligned round: {s} slots for {prompt_cache.lengths.shape[0]} prompts '
@@ -562,7 +644,28 @@ def sample_round(
     eos_array(eos_ids),
     bool(aligned),
     bool(filter_logits),
+    group,
   )
+
+
+def _slot_group(slot_prompt, group: int, mesh) -> int:
+  """The static group size `sample_round` compiles for (see its `group`)."""
+  s = slot_prompt.shape[0]
+  if group < 1 or s % group:
+    raise ValueError(f'group={group}: {s} slots do not split into groups of {group}')
+  if isinstance(slot_prompt, np.ndarray) and group > 1:
+    grouped = slot_prompt.reshape(s // group, group)
+    first = grouped.max(axis=1, keepdims=True)
+    mixed = np.flatnonzero(((grouped != first) & (grouped >= 0)).any(axis=1))
+    if mixed.size:
+      g = int(mixed[0])
+      raise ValueError(
+        f'group={group}: slots {g * group}..{(g + 1) * group - 1} continue '
+        f'different prompts {sorted(set(grouped[g][grouped[g] >= 0].tolist()))}'
+      )
+  if mesh is not None and (s // group) % sharding_lib.data_parallel_size(mesh):
+    return 1
+  return group
 
 
 def lower_round(
@@ -574,6 +677,7 @@ def lower_round(
   eos_ids: Sequence[int] | Array = (),
   aligned: bool = False,
   filter_logits: bool = True,
+  group: int = 1,
 ) -> jax.stages.Lowered:
   """The decode program `sample_round` runs for these shapes, lowered.
 
@@ -582,6 +686,7 @@ def lower_round(
   """
   graphdef, state = nnx.split(model)
   per_slot = np.ones((slots,), np.float32)
+  group = _slot_group(np.zeros((slots,), np.int32), int(group), _mesh_of(state))
   return _round_jit.lower(
     graphdef,
     _mesh_of(state),
@@ -596,6 +701,7 @@ def lower_round(
     eos_array(eos_ids),
     bool(aligned),
     bool(filter_logits),
+    group,
   )
 
 

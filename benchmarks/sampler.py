@@ -16,7 +16,10 @@ with the same shapes, then the best of `--repeats` timed runs):
     (`generate`, do_sample, KV cache, min_new_tokens = max_new_tokens);
   * case B, the RL case: 64 prompts of 256 tokens, 4 rounds of 8 samples per
     prompt, 64 new tokens: ours = `prefill` once, then 4 x `sample_round` over
-    512 slots; tunix = one call per round with each prompt repeated 8 times;
+    512 slots, a prompt's 8 slots side by side as the controller's paper
+    schedule lays them out (`group=8`: each prompt's keys read once per
+    round step, not once per slot); tunix = one call per round with each
+    prompt repeated 8 times;
   * a sanity check that tunix loaded the same weights: its prefill logits and
     greedy tokens against transformers (and ours, greedy, likewise);
   * ours only, the long response: 64 prompts of 256 tokens, 512 new tokens,
@@ -24,8 +27,8 @@ with the same shapes, then the best of `--repeats` timed runs):
     (prefill included). Steps cannot be timed inside the decode loop, so the
     first and last quarter are measured as the decode step itself:
     `sampler.decode_step` (the loop's body: the model's decode call and the
-    token choice) jitted on its own with the round's real cache shapes
-    [S, G, P + N, K], the cache donated so its writes are in place as in the
+    token choice) jitted on its own with the round's real cache
+    (`sampler.round_cache`), the cache donated so its writes are in place as in the
     loop, at four columns i, the middles of the quarter's fourths (cache
     validity marks the prompt and columns < i - 1 written, as the loop would
     have left it); tokens/s = S / mean step time. With a cache read whole at
@@ -246,6 +249,8 @@ def run_ours(
           top_k=0,
           eos_ids=(),
           filter_logits=False,
+          # The controller's paper schedule: a prompt's M slots side by side.
+          group=CASE_B['samples'],
         )
         # The controller reads each round's results before the next round.
         tokens += int(np.asarray(jax.block_until_ready(out).lengths).sum())
@@ -356,20 +361,21 @@ def _best_of(fn: Callable[[], Any], repeats: int) -> float:
 class _Round:
   """One round's decode state at column i, built as `sampler._round_jit` does.
 
-  The prompt cache comes from the real `sampler.prefill`; the slot cache is
-  its rows gathered per slot and padded with N empty columns, with columns
-  0..i-2 of the continuation marked written (cache validity is what decides
-  which keys a query sees). The K/V values of those columns are the padding's
-  zeros: a step's cost does not depend on them.
+  The prompt cache comes from the real `sampler.prefill`; the round's cache
+  from the real `sampler.round_cache` (slots in groups of `group` sharing
+  their prompt's keys), with columns 0..i-2 of the continuation marked
+  written (cache validity is what decides which keys a query sees). The K/V
+  values of those columns are the empty cache's zeros: a step's cost does not
+  depend on them.
   """
 
-  def __init__(self, model, tokens, mask, slot_prompt, n: int):
+  def __init__(self, model, tokens, mask, slot_prompt, n: int, group: int = 1):
     import jax
     import jax.numpy as jnp
 
     from ada_jax import sampler
 
-    self.model, self.n = model, n
+    self.model, self.n, self.group = model, n, group
     self.slot_prompt = np.asarray(slot_prompt, np.int32)
     self.pc = sampler.prefill(model, tokens, mask)
     self.s = len(self.slot_prompt)
@@ -382,21 +388,23 @@ class _Round:
       for v, d in ((1.0, jnp.float32), (1.0, jnp.float32), (0, jnp.int32))
     )
     self.rng = jax.random.key(0)
-    pad4 = ((0, 0), (0, 0), (0, n), (0, 0))
-    self._k = tuple(jnp.pad(jnp.take(x, idx, axis=0), pad4) for x in self.pc.k)
-    self._v = tuple(jnp.pad(jnp.take(x, idx, axis=0), pad4) for x in self.pc.v)
-    self._valid = jnp.pad(jnp.take(self.pc.valid, idx, axis=0), ((0, 0), (0, n)))
+    # The cache `sample_round` starts from (the sampler's own builder).
+    self._cache = jax.jit(
+      lambda pc, sp: sampler.round_cache(model, pc, sp, n, group=group)
+    )(self.pc, self.slot_prompt)
+    # With a shared prefix the cache holds the response from index 0.
+    self.offset = 0 if self._cache.prefix_valid is not None else self.p
 
   def cache(self, i: int):
     """A fresh KVCache for step i (fresh buffers: the step donates them)."""
     import jax.numpy as jnp
 
-    from ada_jax import model as model_lib
-
+    c, o = self._cache, self.offset
     # jnp.array copies (an empty .at[].set at i = 1 may return its input).
-    valid = jnp.array(self._valid.at[:, self.p : self.p + i - 1].set(True))
-    return model_lib.KVCache(
-      tuple(jnp.array(x) for x in self._k), tuple(jnp.array(x) for x in self._v), valid
+    return c._replace(
+      k=tuple(jnp.array(x) for x in c.k),
+      v=tuple(jnp.array(x) for x in c.v),
+      valid=jnp.array(c.valid.at[:, o : o + i - 1].set(True)),
     )
 
   def step_fn(self):
@@ -455,10 +463,11 @@ def profile_pieces(r: _Round, i: int, repeats: int) -> dict[str, float]:
   """Seconds per decode step of each piece at column i, timed in isolation.
 
   Each piece is jitted on its own with the shapes and dtypes of the decode
-  loop's step (S slots, one query token, the [S, G, P + N, K] cache):
+  loop's step (S slots, one query token, the round's cache from
+  `sampler.round_cache`):
     proj+MLP   per layer: norms, Q/K/V projections, RoPE, output projection,
                SwiGLU MLP (the attention output replaced by Q, same shape);
-    attention  the dense decode attention of every layer over the whole cache
+    attention  the decode attention of every layer over the written cache
                (attention_lib.attend with the step's mask);
     cache      the K/V writes of every layer and the validity write (cache
                donated: in place, as in the loop);
@@ -485,7 +494,7 @@ def profile_pieces(r: _Round, i: int, repeats: int) -> dict[str, float]:
   c = model.config
   dt = c.dtype
   graphdef, state = nnx.split(model)
-  s, w = r.s, r.p + i - 1
+  s, w = r.s, r.offset + i - 1
   keys = jax.random.split(jax.random.key(1), 4)
   x = jax.random.normal(keys[0], (s, 1, c.hidden_size), jnp.float32).astype(dt)
   q = jax.random.normal(keys[1], (s, 1, c.num_heads, c.head_dim), jnp.float32).astype(
@@ -498,6 +507,8 @@ def profile_pieces(r: _Round, i: int, repeats: int) -> dict[str, float]:
   windex = jnp.int32(w)
   cache = r.cache(i)
   impl = attention_lib.resolve(c.attention, 1, cache.valid.shape[-1])
+  if cache.prefix_valid is not None:
+    impl = 'decode'
 
   @jax.jit
   def proj_mlp(state, x, positions):
@@ -526,12 +537,14 @@ def profile_pieces(r: _Round, i: int, repeats: int) -> dict[str, float]:
     return x, kvs
 
   @jax.jit
-  def attention(q, k, v, valid, windex):
+  def attention(q, cache, windex):
     query_index = jnp.full((s, 1), windex, jnp.int32)
-    mask = attention_lib.make_mask(query_index, valid, impl)
+    mask = attention_lib.make_mask(query_index, cache.valid, impl, cache.prefix_valid)
+    prefix = cache.prefix_k or (None,) * len(cache.k)
+    prefix = zip(prefix, cache.prefix_v or prefix, strict=True)
     return [
-      attention_lib.attend(q, kl, vl, mask, impl, dt)
-      for kl, vl in zip(k, v, strict=True)
+      attention_lib.attend(q, kl, vl, mask, impl, dt, None if pk is None else (pk, pv))
+      for kl, vl, (pk, pv) in zip(cache.k, cache.v, prefix, strict=True)
     ]
 
   @functools.partial(jax.jit, donate_argnums=0)
@@ -540,8 +553,8 @@ def profile_pieces(r: _Round, i: int, repeats: int) -> dict[str, float]:
       return model_lib.write_cache(x, new_kv, windex, axis=2)
 
     valid = model_lib.write_cache(cache.valid, jnp.ones((s, 1), jnp.bool_), windex)
-    return model_lib.KVCache(
-      tuple(put(x) for x in cache.k), tuple(put(x) for x in cache.v), valid
+    return cache._replace(
+      k=tuple(put(x) for x in cache.k), v=tuple(put(x) for x in cache.v), valid=valid
     )
 
   @jax.jit
@@ -565,9 +578,7 @@ def profile_pieces(r: _Round, i: int, repeats: int) -> dict[str, float]:
 
   out = {
     'proj+MLP': _best_of(lambda: proj_mlp(state, x, positions), repeats),
-    'attention': _best_of(
-      lambda: attention(q, cache.k, cache.v, cache.valid, windex), repeats
-    ),
+    'attention': _best_of(lambda: attention(q, cache, windex), repeats),
     'cache writes': _best_of(write, repeats),
     'LM head': _best_of(lambda: lm_head(state, x), repeats),
     'sampling': _best_of(lambda: sampling(logits, r.rng, col, *r.knobs), repeats),
@@ -597,6 +608,7 @@ def round_step_time(r: _Round, repeats: int) -> float:
       temperature=1.0,
       filter_logits=False,
       aligned=bool(aligned),
+      group=r.group,
     )
 
   return _best_of(call, max(1, repeats // 5)) / (r.n - 1)
@@ -625,7 +637,8 @@ def run_profile(
   res = {}
   for name, (tok, mask, slot_prompt) in cases.items():
     log(f'ours: profile, {name}')
-    r = _Round(model, tok, mask, slot_prompt, NEW_TOKENS)
+    group = len(slot_prompt) // len(tok)  # The RL case: a prompt's slots side by side.
+    r = _Round(model, tok, mask, slot_prompt, NEW_TOKENS, group)
     res[name] = profile_pieces(r, NEW_TOKENS // 2, args.profile_repeats)
     res[name]['loop'] = round_step_time(r, args.profile_repeats)
   return res

@@ -764,3 +764,40 @@ def test_settings_are_frozen_with_their_own_options():
   assert settings.max_rows(10) == 12
   with pytest.raises(AttributeError):
     settings.slots = 8
+
+
+@pytest.mark.parametrize(
+  'rule, schedule, slots, expected',
+  [
+    ('balance', 'paper', 320, 8),
+    ('pos', 'paper', 320, 8),
+    ('grpo', 'paper', 320, 4),
+    ('dapo', 'paper', 320, 4),
+    ('balance', 'refill', 320, 1),
+    ('est', 'paper', 320, 1),
+    ('balance', 'paper', 324, 1),  # S not a multiple of M: no groups.
+  ],
+)
+def test_slot_group_holds_for_every_round_the_rule_lays_out(
+  rule, schedule, slots, expected
+):
+  # The sampler reads a prompt's keys once per aligned run of slot_group
+  # slots: every run must continue one prompt (or idle), in every round.
+  settings = adaptive.ControllerSettings(
+    rule=rule,
+    schedule=schedule,
+    group_size=4,
+    samples_per_round=8,
+    max_rounds=4,
+    slots=slots,
+  )
+  assert settings.slot_group == expected
+  g = settings.sample_groups(40, BernoulliDraw(np.linspace(0.02, 0.98, 40), 5))
+  m = settings.slot_group
+  for sp in g.slot_prompt:
+    runs = sp.reshape(-1, m)
+    first = runs.max(axis=1, keepdims=True)
+    assert ((runs == first) | (runs < 0)).all(), sp
+  if expected > 1:  # The rounds do mix prompts in smaller runs than the next size.
+    runs = g.slot_prompt[0].reshape(-1, 2 * m)
+    assert (runs[:, :1] != runs).any()

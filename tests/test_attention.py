@@ -173,6 +173,65 @@ def test_decode_matches_dense_and_reads_only_written_blocks(query_at):
   np.testing.assert_allclose(np.asarray(got), ref, atol=1e-5)
 
 
+@pytest.mark.parametrize('group', [1, 2, 4])
+def test_decode_with_shared_prefix_matches_dense_over_the_joined_cache(group):
+  """Slots in groups of `group` share a left-padded prompt prefix (P = 21).
+
+  The oracle is dense attention over each slot's own [prefix, response]
+  cache; NaN in the prefix blocks before the earliest real prompt token and
+  in the response after the query proves neither is read.
+  """
+  groups, h, g, k, p, n, tk = 4, 4, 2, 8, 21, 13, 4
+  b = groups * group
+  rng = np.random.RandomState(2)
+  q = jnp.asarray(rng.randn(b, 1, h, k), jnp.float32)
+  pk, pv = (rng.randn(groups, g, p, k).astype(np.float32) for _ in range(2))
+  rk, rv = (rng.randn(b, g, n, k).astype(np.float32) for _ in range(2))
+  lengths, written = [5, 13, 9, 1], 7  # Prompt tokens per group; response keys.
+  pvalid = np.zeros((groups, p), bool)
+  for i, m in enumerate(lengths):
+    pvalid[i, p - m :] = True
+  rvalid = np.zeros((b, n), bool)
+  rvalid[:, :written] = True
+  # The joined cache each slot sees, for the dense oracle.
+  own = np.repeat(np.arange(groups), group)
+  joined_k = np.concatenate([pk[own], rk], axis=2)
+  joined_v = np.concatenate([pv[own], rv], axis=2)
+  joined_valid = np.concatenate([pvalid[own], rvalid], axis=1)
+  ref = np.asarray(
+    _dense_decode_reference(
+      q,
+      joined_k,
+      joined_v,
+      jnp.full((b, 1), p + written - 1, jnp.int32),
+      joined_valid,
+    )
+  )
+  first = (p - max(lengths)) // tk  # The earliest real prompt token's block.
+  assert first == 2
+  pk[:, :, : first * tk], pv[:, :, : first * tk] = np.nan, np.nan
+  end = -(-written // tk) * tk
+  rk[:, :, end:], rv[:, :, end:] = np.nan, np.nan
+
+  @jax.jit
+  def decode(q, rk, rv, rvalid, pk, pv, pvalid):
+    qi = jnp.full((b, 1), written - 1, jnp.int32)
+    prefix = attention.SharedPrefix(pk, pv, pvalid)
+    return attention.decode_attention(q, rk, rv, qi, rvalid, block_k=tk, prefix=prefix)
+
+  got = decode(q, rk, rv, rvalid, pk, pv, pvalid)
+  np.testing.assert_allclose(np.asarray(got), ref, atol=1e-5)
+  # The model's path: the mask carries the prefix's validity and blocks.
+  mask = attention.make_mask(
+    jnp.full((b, 1), written - 1, jnp.int32), jnp.asarray(rvalid), 'decode', pvalid
+  )
+  assert [int(x) for x in mask.prefix_blocks] == [0, -(-p // min(p, 64))]
+  with pytest.raises(ValueError, match='shared prompt prefix needs decode'):
+    attention.make_mask(
+      jnp.zeros((b, 1), jnp.int32), jnp.asarray(rvalid), 'dense', pvalid
+    )
+
+
 def test_chunked_bf16_close_to_dense():
   b, t, h, g, k = 2, 40, 4, 2, 16
   rng = np.random.RandomState(1)

@@ -289,12 +289,58 @@ def test_sharded_round_equals_unsharded_for_any_slot_assignment(hf_models, tempe
   )
 
 
+@pytest.mark.parametrize('temperature', [0.0, 1.0])
+def test_grouped_round_equals_per_slot_round_sharded_and_not(hf_models, temperature):
+  # The controller's paper layout: prompts in runs of 4 slots, idle tail. The
+  # grouped round reads each prompt's keys once per 4 slots; results must
+  # equal the per-slot round's, on one device and with slots and prompts
+  # split over a (2, 2, 2) mesh (16 slots: 4 groups over 4 data shards).
+  path = hf_models['qwen2_tied'][0]
+  tokens, mask = hf_fixtures.left_padded_batch(
+    np.random.RandomState(11), [9, 2, 7, 4, 1, 8, 3, 6], 9
+  )
+  slot_prompt = np.array([5] * 4 + [0] * 4 + [7] * 4 + [-1] * 4, np.int32)
+  kw = dict(
+    max_new_tokens=N, rng=jax.random.key(12), temperature=temperature, eos_ids=[3]
+  )
+  plain = hf.load_model(path)
+  cache = sampler.prefill(plain, tokens, mask)
+  ref = sampler.sample_round(plain, cache, slot_prompt, group=1, **kw)
+  got = sampler.sample_round(plain, cache, slot_prompt, group=4, **kw)
+  np.testing.assert_array_equal(np.asarray(got.tokens), np.asarray(ref.tokens))
+  np.testing.assert_allclose(
+    np.asarray(got.logprobs), np.asarray(ref.logprobs), atol=1e-5
+  )
+  mesh = sharding.make_mesh((2, 2, 2))
+  model = hf.load_model(path, mesh=mesh, rules=sharding.SAMPLE_RULES)
+  rows = sharding.batch_sharding(mesh)
+  sharded = sampler.prefill(
+    model, jax.device_put(tokens, rows), jax.device_put(mask, rows)
+  )
+  got = sampler.sample_round(model, sharded, slot_prompt, group=4, **kw)
+  np.testing.assert_array_equal(np.asarray(got.tokens), np.asarray(ref.tokens))
+  np.testing.assert_allclose(
+    np.asarray(got.logprobs), np.asarray(ref.logprobs), atol=1e-4
+  )
+  # A layout whose runs of 4 mix prompts is a caller's error, named.
+  with pytest.raises(
+    ValueError, match=r'slots 4\.\.7 continue different prompts \[0, 1\]'
+  ):
+    sampler.sample_round(
+      plain, cache, np.array([5] * 4 + [0, 0, 1, 1] + [-1] * 8), group=4, **kw
+    )
+  with pytest.raises(ValueError, match='16 slots do not split into groups of 3'):
+    sampler.sample_round(plain, cache, slot_prompt, group=3, **kw)
+
+
 # The round's memory: (S, B, P, N) and a 2-layer model whose cache dominates
 # the per-token temporaries (vocab 256).
 _S, _B, _P, _N = 64, 8, 64, 192
 
 
-def _round_temp_bytes(kv_heads: int, mesh_shape=(2, 2, 2)) -> tuple[int, int, int]:
+def _round_temp_bytes(
+  kv_heads: int, mesh_shape=(2, 2, 2), group: int = 1
+) -> tuple[int, int, int]:
   """(compiled temp bytes, KV cache bytes, the shapes' bound) per device."""
   cfg = model_lib.ModelConfig(
     'qwen2', 256, 128, 256, 2, 4, kv_heads, 32, tie_embeddings=True
@@ -304,7 +350,9 @@ def _round_temp_bytes(kv_heads: int, mesh_shape=(2, 2, 2)) -> tuple[int, int, in
   rows = sharding.batch_sharding(mesh)
   tokens = jax.device_put(np.ones((_B, _P), np.int32), rows)
   cache = sampler.prefill(model, tokens, tokens)
-  compiled = sampler.lower_round(model, cache, slots=_S, max_new_tokens=_N).compile()
+  compiled = sampler.lower_round(
+    model, cache, slots=_S, max_new_tokens=_N, group=group
+  ).compile()
   dp, tensor = mesh_shape[0] * mesh_shape[1], mesh_shape[2]
   layer = (_S // dp) * (kv_heads // tensor) * (_P + _N) * cfg.head_dim * 4
   kv = 2 * cfg.num_layers * layer
@@ -327,3 +375,13 @@ def test_round_memory_is_the_kv_cache_and_per_token_temporaries():
   # decode loop without a copy.
   temp, kv, bound = _round_temp_bytes(kv_heads=4)
   assert kv <= temp <= bound, (temp, kv, bound)
+
+
+def test_grouped_round_holds_each_prompts_keys_once_per_group():
+  # Groups of 8 slots: the [S, G, P, K] per-slot prompt keys become
+  # [S/8, G, P, K]; the compiled round's temp falls by (at least 80% of) that.
+  temp, _, _ = _round_temp_bytes(kv_heads=4)
+  grouped, _, _ = _round_temp_bytes(kv_heads=4, group=8)
+  dp, tensor, layers, head_dim = 4, 2, 2, 32
+  saved = 2 * layers * (_S // dp) * (4 // tensor) * _P * head_dim * 4 * (1 - 1 / 8)
+  assert grouped <= temp - 0.8 * saved, (temp, grouped, saved)

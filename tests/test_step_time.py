@@ -69,9 +69,11 @@ def test_decode_reads_the_written_blocks():
   keys = step_time.decode_keys(1024, 2048)
   assert keys == pytest.approx(1024 + 2048 / 2 + 32, abs=1)
   assert step_time.decode_keys(1024, 2048, 'dense') == 3072
-  # Every step reads whole blocks up to its position's, never past the buffer.
-  assert step_time.decode_keys(100, 28) == 128
-  assert step_time.decode_keys(100, 1) == 101
+  # The prompt's buffer in whole blocks (two of 64 for P=100, the last one
+  # clamped), the response's blocks (one of 28 for N=28) up to the position's.
+  assert step_time.decode_reads(100, 28) == (128, 28)
+  assert step_time.decode_reads(100, 130) == (128, (64 * 64 + 128 * 64 + 192 * 2) / 130)
+  assert step_time.decode_reads(100, 28, 'dense') == (0, 128)
   blockwise = _phases()['sampling rounds']
   dense = _phases(attention='dense')['sampling rounds']
   seven_b = models.model_config('qwen25_math_7b', jnp.bfloat16, jnp.float32)
@@ -85,3 +87,14 @@ def test_decode_reads_the_written_blocks():
 def test_param_count_of_the_paper_models():
   c = models.model_config('qwen25_math_7b', jnp.bfloat16, jnp.float32)
   assert step_time.param_count(c) == pytest.approx(7.6e9, rel=0.01)
+
+
+def test_grouped_slots_read_each_prompt_once_per_group():
+  # The paper's M=8 slots per prompt: the prompt's keys (1024 per step) are
+  # read once per 8 slots; the own keys and the FLOPs do not change.
+  base, grouped = _phases()['sampling rounds'], _phases(slot_group=8)['sampling rounds']
+  seven_b = models.model_config('qwen25_math_7b', jnp.bfloat16, jnp.float32)
+  kv_token = 2 * seven_b.num_layers * seven_b.num_kv_heads * seven_b.head_dim * 2
+  saved = 4 * 2048 * (4096 / 32) * 1024 * (1 - 1 / 8) * kv_token
+  assert base.hbm_bytes - grouped.hbm_bytes == pytest.approx(saved, rel=1e-9)
+  assert grouped.flops == base.flops

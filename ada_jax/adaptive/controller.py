@@ -308,6 +308,24 @@ class ControllerSettings:
     # A copy of its own: the caller's dict may change, these settings not.
     object.__setattr__(self, 'rule_options', dict(self.rule_options))
 
+  @property
+  def slot_group(self) -> int:
+    """m: every round's slots come in runs of m per prompt, aligned at 0, m, 2m...
+
+    The sampler's `group` (a prompt's keys read once per m slots). The
+    layouts put each prompt's slots side by side in prompt order: the paper
+    schedule gives every active prompt M slots, grpo and dapo n, so each
+    aligned run of m slots continues one prompt or idles. refill and est
+    give prompts uneven counts: 1.
+    """
+    if self.rule in ('pos', 'balance') and self.schedule == 'paper':
+      m = self.samples_per_round
+    elif self.rule in ('grpo', 'dapo'):
+      m = self.group_size
+    else:
+      m = 1
+    return m if self.slots % m == 0 else 1
+
   def max_rows(self, num_prompts: int) -> int:
     """R_max of a step of `num_prompts` prompts (see `max_rows`)."""
     return max_rows(

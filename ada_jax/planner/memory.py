@@ -98,6 +98,9 @@ class StepShapes:
   logit_chunk: int = 128  # update.UpdateSettings.logit_chunk
   histogram_k: int = 8  # Samples per prompt of the pass-rate histogram.
   greedy_eval: bool = False  # The trainer evaluates greedily (an eval split).
+  # m: the RL rounds' slots per prompt group (ControllerSettings.slot_group):
+  # the sampler holds and reads each prompt's keys once per m slots.
+  slot_group: int = 1
 
 
 @dataclasses.dataclass(frozen=True)
@@ -402,25 +405,37 @@ def plan(
     return b_dev * (p * (c.num_layers * kv_layer + 1) + v_dev * 4 + 4)
 
   def round_program(
-    b: int, slots: int, new: int, aligned: bool = False
+    b: int, slots: int, new: int, aligned: bool = False, group: int = 1
   ) -> tuple[int, int]:
     """(KV cache and gathered prompts, other temporaries + outputs) of a round.
 
     `aligned`: slot i continues prompt i (the scoring chunks), no gather.
+    `group`: slots per prompt group (`sampler.sample_round`'s `group`).
     """
     tt = p + new
     s_dev = _rows(slots, dp)
-    # With one KV head per device and dense decode attention XLA keeps a
-    # second copy of much of the cache through the loop (measured on
-    # XLA:CPU); the blockwise decode attention keeps one.
     decode = attention_lib.resolve(c.attention, 1, tt)
-    copies = FIT['kv_one_head'] if g_dev == 1 and decode == 'dense' else 1.0
-    kv = copies * s_dev * tt * kv_layer
     # The slot gather all-gathers the row-split prompt cache over the data
     # axes: all B prompts' K and V on every device, every layer's before the
-    # loop starts; the slot cache reuses that buffer when it is the larger.
+    # loop starts.
     gathered = 0 if aligned else b * p * kv_layer
-    cache = int(c.num_layers * max(kv, gathered)) + s_dev * tt
+    if decode == 'dense':
+      # One [S, G, P + N, K] cache per slot, which reuses the gathered
+      # buffer when it is the larger. With one KV head per device XLA keeps
+      # a second copy of much of it through the loop (measured on XLA:CPU).
+      copies = FIT['kv_one_head'] if g_dev == 1 else 1.0
+      kv = copies * s_dev * tt * kv_layer
+      cache = int(c.num_layers * max(kv, gathered)) + s_dev * tt
+    else:
+      # The prompt's keys once per group ([S/m, G, P, K]; the prompt cache
+      # itself when aligned), the slots' own [S, G, N, K] response cache.
+      if (slots // group) % dp:
+        group = 1  # As the sampler falls back.
+      g_rows = _rows(slots // group, dp)
+      prefix = 0 if aligned and group == 1 else g_rows * p * kv_layer
+      response = s_dev * new * kv_layer
+      cache = int(c.num_layers * (prefix + max(response, gathered)))
+      cache += s_dev * new + g_rows * p
     # [S, V] first-token logits, per-token fp32 scores [S, h, 1, T] (dense)
     # or [S, h, 1, tk] and the K/V block [S, g, tk, K] of the decode loop,
     # logits [S, V], the outputs [S, N].
@@ -433,7 +448,7 @@ def plan(
     other = s_dev * v_dev * 4 * 3 + scores + s_dev * (new * 12 + 4)
     return cache, other
 
-  rnd_kv, rnd_other = round_program(s.prompts, s.slots, n)
+  rnd_kv, rnd_other = round_program(s.prompts, s.slots, n, group=s.slot_group)
   buffer = s.max_rounds * _rows(s.slots, dp) * n * 12
 
   # --- Training: [C, m, ...] batch, b rows of each micro-batch per device.
@@ -544,7 +559,8 @@ def plan(
       'KV cache [S, P+N] / gathered prompts (round)',
       'sampling',
       rnd_kv,
-      'max(S/dp slots x (P+N), all B prompts x P) per layer',
+      f'per layer: S/{s.slot_group} prompt groups x P + max(S/dp slots x N, '
+      'all B prompts x P); dense attention: max(S/dp x (P+N), B x P)',
       knob_step,
     ),
     Item(

@@ -14,9 +14,9 @@ perfect implementation could do):
     multiply-add, split evenly over all devices (data, fsdp and tensor
     parallelism share the work);
   * attention at 4·H·K FLOPs per (query, key) pair, over every key the
-    program reads: per decode step, the cache's blocks from the first up to
-    the one holding the current position (`decode_keys`: blockwise decode
-    reads whole DECODE_BLOCK_K blocks of the written part, the batch's
+    program reads: per decode step, the prompt's blocks and the slot's own
+    blocks up to the one holding the current position (`decode_reads`:
+    blockwise decode reads whole blocks of the written part, the batch's
     longest prompt taken to fill the bucket; attention='dense' reads all
     P+N keys from step 1), T² pairs per training sequence (dense or chunked,
     causal masking computes the masked half too);
@@ -27,7 +27,8 @@ perfect implementation could do):
     with `remat='block'` (the backward recomputes each block);
   * HBM bytes: the weights each pass reads (the sampling copy, in its dtype,
     once per decode step; the training params, gathered, once per
-    micro-batch forward and backward), the KV cache a decode step reads,
+    micro-batch forward and backward), the KV cache a decode step reads
+    (a prompt's keys once per group of m slots that share them),
     and the optimizer's read and write of params, gradients and AdamW
     moments per update. Activations are left out: fused on TPU they mostly
     stay on chip; the bound only gets lower.
@@ -84,22 +85,30 @@ def param_count(c: model_lib.ModelConfig) -> int:
   return matmul_params(c) + c.vocab_size * c.hidden_size + head
 
 
-def decode_keys(prompt_len: int, new_tokens: int, attention: str = 'auto') -> float:
-  """Keys one decode step reads, averaged over the N steps of a round.
+def decode_reads(
+  prompt_len: int, new_tokens: int, attention: str = 'auto'
+) -> tuple[float, float]:
+  """(prompt keys, own keys) one slot's decode step reads, averaged over N steps.
 
-  Blockwise decode (every `attention` but 'dense') reads the blocks from
-  the first valid key's (0: the longest prompt filling the bucket) to the
-  current position's; dense reads the whole [P + N] buffer every step.
+  Blockwise decode (every `attention` but 'dense') reads its prompt's keys
+  from a buffer of their own in whole blocks of `decode_block(P)` (the
+  longest prompt taken to fill the bucket; a clamped last block reads a full
+  block), and its own response blocks of `decode_block(N)` up to the current
+  position's. Dense reads the slot's whole [P + N] buffer every step (all of
+  it counted as own keys: no prompt buffer is shared).
   """
-  t = prompt_len + new_tokens
   if attention == 'dense':
-    return float(t)
-  tk, _ = attention_lib.decode_block(t)
-  # Step i (1-based) writes position P + i - 1 and reads up to it.
-  read = [
-    min(((prompt_len + i - 1) // tk + 1) * tk, t) for i in range(1, new_tokens + 1)
-  ]
-  return sum(read) / new_tokens
+    return 0.0, float(prompt_len + new_tokens)
+  tp, blocks = attention_lib.decode_block(prompt_len)
+  tn, _ = attention_lib.decode_block(new_tokens)
+  # Step i (1-based) writes response index i - 1 and reads up to its block.
+  own = sum(((i - 1) // tn + 1) * tn for i in range(1, new_tokens + 1))
+  return float(tp * blocks), own / new_tokens
+
+
+def decode_keys(prompt_len: int, new_tokens: int, attention: str = 'auto') -> float:
+  """Keys one slot's decode step attends to, averaged over N steps (`decode_reads`)."""
+  return sum(decode_reads(prompt_len, new_tokens, attention))
 
 
 def _phase(name: str, flops: float, nbytes: float, chip: chips_lib.Chip, note=''):
@@ -133,6 +142,7 @@ def estimate(
   attention: str = 'auto',
   sample_bytes: int = 2,
   kv_bytes: int = 2,
+  slot_group: int = 1,
 ) -> list[Phase]:
   """Per-phase roofline times of one step on `mesh` (data, fsdp, tensor).
 
@@ -154,6 +164,8 @@ def estimate(
       whole cache every step; else the written blocks, `decode_keys`).
     sample_bytes: bytes per weight of the sampling copy (2: bf16).
     kv_bytes: bytes per KV-cache element.
+    slot_group: m, slots per prompt group (the sampler reads a prompt's keys
+      once per m slots; `ControllerSettings.slot_group`).
   """
   devices = math.prod(mesh)
   tensor = mesh[2]
@@ -179,11 +191,13 @@ def estimate(
       f'B={prompts} prompts x P={p}',
     )
   )
-  # Decode: `rounds` x N steps of S slots; each step reads the weights once
-  # and each slot's cache up to the current position's block.
-  keys = decode_keys(p, n, attention)
-  step_flops = slots * (2 * mm + attn_pair * keys + vocab)
-  step_bytes = sample_weights + slots * keys * kv_token / (devices / tensor) / g_split
+  # Decode: `rounds` x N steps of S slots; each step reads the weights once,
+  # each prompt's keys once per group of m slots and each slot's own keys up
+  # to the current position's block.
+  prompt_keys, own_keys = decode_reads(p, n, attention)
+  step_flops = slots * (2 * mm + attn_pair * (prompt_keys + own_keys) + vocab)
+  read = slots / slot_group * prompt_keys + slots * own_keys
+  step_bytes = sample_weights + read * kv_token / (devices / tensor) / g_split
   steps = rounds * n
   phases.append(
     _phase(
@@ -191,7 +205,8 @@ def estimate(
       steps * step_flops / devices,
       steps * step_bytes,
       chip,
-      f'{rounds} rounds x N={n} steps of S={slots} slots',
+      f'{rounds} rounds x N={n} steps of S={slots} slots'
+      + (f', prompt keys read once per {slot_group} slots' if slot_group > 1 else ''),
     )
   )
   # Training forwards over R rows of T tokens, logits of the N response tokens.

@@ -263,6 +263,7 @@ def run_step(
       top_k=sampling.top_k,
       eos_ids=eos,
       filter_logits=sampler.needs_filter(sampling.top_p, sampling.top_k),
+      group=controller.slot_group,
     )
     state['buffer'] = _write_round(state['buffer'], rollout, jnp.int32(r))
     rounds.append(scorer.score_round(rollout, slot_prompt, references))
