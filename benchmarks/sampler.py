@@ -401,10 +401,15 @@ class _Round:
 
     c, o = self._cache, self.offset
     # jnp.array copies (an empty .at[].set at i = 1 may return its input).
+    # Every buffer copied, the shared prefix too (aligned rounds hold the
+    # prompt cache itself there, which a donated step would delete).
     return c._replace(
       k=tuple(jnp.array(x) for x in c.k),
       v=tuple(jnp.array(x) for x in c.v),
       valid=jnp.array(c.valid.at[:, o : o + i - 1].set(True)),
+      prefix_k=tuple(jnp.array(x) for x in c.prefix_k),
+      prefix_v=tuple(jnp.array(x) for x in c.prefix_v),
+      prefix_valid=None if c.prefix_valid is None else jnp.array(c.prefix_valid),
     )
 
   def step_fn(self):
