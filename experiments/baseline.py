@@ -22,10 +22,13 @@ Commands (repo root; TPU grid and the whole set: experiments/README.md):
   python -m ada_jax.sweep experiments/baseline.py --run   # the local grid
   python -m experiments.baseline                          # plots + table
 
-Results (local grid, 3 seeds, the format task, 2026-12-01; the columns
-rerun is pending; experiments/README.md "baseline"): no
-difference the tiny task can resolve: round-1 reward 0.442-0.465 (std
-0.10), greedy gain +3.6 to +4.0 points (std 1.7-2.8) across the four.
+Results (local grid, 3 seeds, the columns task, 2026-12-02;
+experiments/README.md "baseline"): the four baselines are
+indistinguishable in 100 steps: greedy gains +51.8 to +53.7 points (std
+6-8), round-1 reward 0.566-0.586, zero-advantage fraction 0.03-0.04. The
+std only rescales the advantages (mean |A| 1.13 vs 0.47 global, 0.83 vs
+0.48 local), which Adam mostly undoes. global_nostd (the reference) is
+never worse than the others by more than a seed's noise.
 """
 
 from experiments import experiment, report

@@ -22,11 +22,13 @@ Commands (repo root; TPU grid and the whole set: experiments/README.md):
   python -m ada_jax.sweep experiments/budget.py --run   # the local grid
   python -m experiments.budget                          # plots + table
 
-Results (local grid, 3 seeds, the format task, 2026-12-01; the columns
-rerun is pending; experiments/README.md "budget"): M·N = 32
-draws ~1.85x the samples of M·N = 16 and lowers the zero-advantage
-fraction (0.40 vs 0.51), but neither round-1 reward (0.449-0.459) nor the
-greedy gain (+3.8 to +6.1 points, std ~1.7) orders by budget in 100 steps.
+Results (local grid, 3 seeds, the columns task, 2026-12-02;
+experiments/README.md "budget"): at M·N = 16, (4, 4) draws 12% fewer
+samples per step than (8, 2) (316 vs 361) for the same greedy gain (+52.6
+vs +52.5 points), at twice the rounds. Doubling M·N to 32 lowers the
+zero-advantage fraction from 0.09 to 0.03, as predicted, and draws 1.4-1.7x
+the samples, but does not raise the gain (+53.6 for (8, 4), +51.2 for
+(16, 2); std 2-8 points): per sample drawn the small budgets learn fastest.
 """
 
 from experiments import experiment, report
