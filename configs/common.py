@@ -27,16 +27,17 @@ programs):
 
 | model | v4-32 | v5p-64 | v6e-64 |
 |---|---|---|---|
-| 1.5B | 26.4 GiB, sampling: fits | 18.1 GiB, sampling: fits | 11.5 GiB, sampling: fits |
-| 3B | 92.0 GiB, sampling: does NOT fit | 46.7 GiB, sampling: fits | 24.1 GiB, sampling: fits |
-| 4B | 118.0 GiB, sampling: does NOT fit | 60.0 GiB, sampling: fits | 30.9 GiB, sampling: fits (3% free) |
-| 7B | 56.9 GiB, sampling: does NOT fit | 32.0 GiB, sampling: fits | 24.4 GiB, sampling: fits |
+| 1.5B | 20.2 GiB, sampling: fits | 18.6 GiB, sampling: fits | 9.3 GiB, sampling: fits |
+| 3B | 67.4 GiB, sampling: does NOT fit | 34.4 GiB, sampling: fits | 18.0 GiB, sampling: fits |
+| 4B | 86.4 GiB, sampling: does NOT fit | 44.1 GiB, sampling: fits | 23.0 GiB, sampling: fits |
+| 7B | 44.5 GiB, sampling: does NOT fit | 25.8 GiB, sampling: fits | 12.9 GiB, sampling: fits |
 
 Why. With block remat, blockwise attention and micro-batches over every row
 shard, the update and the old-logp pass are small (7B on v5p-64: 10.5 and
 6.5 GiB, params and AdamW state included). Memory is set by sampling: the
-round's KV cache (S / (data x fsdp) slots x (P + N) positions, KV heads
-split over tensor when they divide) and, next to it, the prompt cache of
+round's KV cache (each prompt's P keys once per group of its M slots, and
+each slot's own N: S / (data x fsdp) slots, KV heads split over tensor when
+they divide; sampler.round_cache) and, next to it, the prompt cache of
 all B prompts that the round's slot gather all-gathers onto every device
 (every layer's K and V, split over tensor only), plus the bf16 sampling
 copy of the weights (split over tensor only). So: full FSDP where the KV
@@ -44,16 +45,19 @@ cache dominates (1.5B on v4-32 and v5p-64: more slot shards), and a tensor
 axis as large as the KV heads allow where the gathered prompt cache and the
 sampling copy dominate (G = 8 for Llama-3B and Qwen3-4B: tensor 4; 7B: G =
 4; 1.5B: G = 2). data > 1 only adds replicas. DAPO prefills 2B = 1024
-prompts: 1.5B on v4-32 takes (1, -1, 2) and 4B on v6e-64 (1, -1, 8) for it
+prompts: 1.5B on v4-32 takes (1, -1, 2) and 3B and 4B on v6e-64 (1, -1, 8)
+for it (3B at (1, -1, 4): 32.8 GiB, the gathered prompts beside the groups'
+prompt keys)
 (`VARIANT_MESH_PRESETS`). Every variant fits where balance does (GRPO and
 DAPO have S = B·n = 2048 slots).
 
 Where a pod cannot hold the paper's step (3B, 4B and 7B on v4-32, listed
 in `DOES_NOT_FIT`), the plan names the smallest change that fits: 4 (3B,
-7B) or 8 (4B) slot waves per round (the step unchanged; not implemented),
-else the step quartered (3B, 7B: `--config.rl.prompts_per_step=128
---config.rl.slots=1024 --config.rl.mini_batch_rows=128`), else a larger pod
-(4B). Not part of the step: the trainer's pass-rate histogram scores S // k
+4B) or 2 (7B) slot waves per round (the step unchanged; not implemented),
+else the step quartered (3B, 4B: `--config.rl.prompts_per_step=128
+--config.rl.slots=1024 --config.rl.mini_batch_rows=128`) or halved (7B:
+`--config.rl.prompts_per_step=256 --config.rl.slots=2048
+--config.rl.mini_batch_rows=256`). Not part of the step: the trainer's pass-rate histogram scores S // k
 prompts x k samples in one round of S slots (the RL round's shape, so it
 fits wherever the step does); greedy evaluation and the evaluate command
 (k = 1) run S prompts in an aligned round (slot i continues prompt i, no
@@ -81,14 +85,15 @@ MESH_PRESETS: dict[str, dict[str, tuple[int, int, int]]] = {
 # tensor axis than the Ada and GRPO steps on these pods.
 VARIANT_MESH_PRESETS: dict[tuple[str, str, str], tuple[int, int, int]] = {
   ('dapo', '1.5b', 'v4-32'): (1, -1, 2),
+  ('dapo', '3b', 'v6e-64'): (1, -1, 8),
   ('dapo', '4b', 'v6e-64'): (1, -1, 8),
 }
 # Pods that cannot hold the paper's step by the plan (module docstring):
 # (size, pod) -> the smallest change `python -m ada_jax.plan` names.
 DOES_NOT_FIT: dict[tuple[str, str], str] = {
   ('3b', 'v4-32'): '4 slot waves per round (not implemented), or the step quartered',
-  ('4b', 'v4-32'): '8 slot waves per round (not implemented), or a larger pod',
-  ('7b', 'v4-32'): '4 slot waves per round (not implemented), or the step quartered',
+  ('4b', 'v4-32'): '4 slot waves per round (not implemented), or the step quartered',
+  ('7b', 'v4-32'): '2 slot waves per round (not implemented), or the step halved',
 }
 _FLAGS = ('runlocal',)  # Bare words; `runlocal` and `runlocal=1` both work.
 

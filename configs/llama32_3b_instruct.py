@@ -13,7 +13,7 @@ coefficient 0 (paper: 1e-4; `--config.rl.entropy_coef=1e-4`) and 400 steps
 presets live in configs/common.py.
 
 Memory by the plan (ada_jax.plan; peak per chip, the Ada-balance step):
-v5p-64 46.7 GiB and v6e-64 24.1 GiB fit; v4-32 does NOT fit (92.0 GiB > 32:
+v5p-64 34.4 GiB and v6e-64 18.0 GiB fit; v4-32 does NOT fit (67.4 GiB > 32:
 the round's KV cache and gathered prompts); the plan names 4 slot waves per
 round (not implemented) or the step quartered (B=128, S=1024, mini 128).
 

@@ -13,7 +13,7 @@ coefficient 0 (paper: 1e-4; `--config.rl.entropy_coef=1e-4`) and 400 steps
 presets live in configs/common.py.
 
 Memory by the plan (ada_jax.plan; peak per chip, the Ada-balance step):
-v4-32 26.4 GiB, v5p-64 18.1 GiB, v6e-64 11.5 GiB: fits all three.
+v4-32 20.2 GiB, v5p-64 18.6 GiB, v6e-64 9.3 GiB: fits all three.
 
 Data: `data=hard` (default): `ada_math_local/hard_1p5b`; `data=easy`:
 `ada_math_local/simple_1p5b`. Copy the files to ~/ada_manual on every worker (README

@@ -13,10 +13,10 @@ coefficient 0 (paper: 1e-4; `--config.rl.entropy_coef=1e-4`) and 400 steps
 presets live in configs/common.py.
 
 Memory by the plan (ada_jax.plan; peak per chip, the Ada-balance step):
-v5p-64 32.0 GiB and v6e-64 24.4 GiB fit; v4-32 does NOT fit (56.9 GiB > 32);
-the plan names 4 slot waves per round (not implemented) or the step
-quartered (`--config.rl.prompts_per_step=128 --config.rl.slots=1024
---config.rl.mini_batch_rows=128`).
+v5p-64 25.8 GiB and v6e-64 12.9 GiB fit; v4-32 does NOT fit (44.5 GiB > 32);
+the plan names 2 slot waves per round (not implemented) or the step halved
+(`--config.rl.prompts_per_step=256 --config.rl.slots=2048
+--config.rl.mini_batch_rows=256`).
 
 Data: `data=hard` (default): `ada_math_local/hard_7b`; `data=easy`:
 `ada_math_local/easy_7b`. Copy the files to ~/ada_manual on every worker (README

@@ -13,9 +13,9 @@ coefficient 0 (paper: 1e-4; `--config.rl.entropy_coef=1e-4`) and 400 steps
 presets live in configs/common.py.
 
 Memory by the plan (ada_jax.plan; peak per chip, the Ada-balance step):
-v5p-64 60.0 GiB and v6e-64 30.9 GiB (3% free) fit; v4-32 does NOT fit
-(118.0 GiB > 32); the plan names 8 slot waves per round (not implemented),
-else a larger pod.
+v5p-64 44.1 GiB and v6e-64 23.0 GiB fit; v4-32 does NOT fit (86.4 GiB >
+32); the plan names 4 slot waves per round (not implemented) or the step
+quartered (B=128, S=1024, mini 128).
 
 Data: `data=hard` only: `ada_math_local/hard_7b` (the reference trains
 Qwen3-4B on the 7B hard set); `data=easy` is an error. Copy the files to ~/ada_manual on every worker (README
