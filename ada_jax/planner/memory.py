@@ -14,9 +14,11 @@ training run:
 
   sampling:   the sampling copy (compute dtype, tensor only), the prompt
               cache [B, P], the rollout buffer [M, S, N] and one round
-              program (`sampler._round_jit`: the KV cache [S, P+N] carried
-              by the decode loop, the prompt cache all-gathered over the
-              data axes for the slot gather, per-token temporaries);
+              program (`sampler._round_jit`: the KV cache carried by the
+              decode loop, [S/m, P] prompt keys per group of m slots and
+              [S, N] own keys (attention='dense': [S, P+N]), the prompt
+              cache all-gathered over the data axes for the slot gather,
+              per-token temporaries);
   old_logp:   the training batch [C, m, ...] (rows split over data x fsdp)
               and `update.logp_jit`: one micro-batch's forward at a time;
               the sampling copy is freed before it;
