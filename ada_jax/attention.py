@@ -177,11 +177,8 @@ def make_mask(
     tk, _ = decode_block(kv_valid.shape[-1])
     blocks = decode_key_blocks(query_index, kv_valid, tk)
   if prefix_valid is not None:
-    p = prefix_valid.shape[-1]
-    ptk, _ = decode_block(p)
-    # Every prefix key precedes every query: the loop runs to the last block.
-    last = jnp.full((prefix_valid.shape[0], 1), p - 1, jnp.int32)
-    prefix_blocks = decode_key_blocks(last, prefix_valid, ptk)
+    ptk, _ = decode_block(prefix_valid.shape[-1])
+    prefix_blocks = prefix_key_blocks(prefix_valid, ptk)
   return AttentionMask(
     query_index, kv_valid, dense, blocks, prefix_valid, prefix_blocks
   )
@@ -468,6 +465,20 @@ def decode_key_blocks(query_index: Array, kv_valid: Array, tk: int) -> Array:
   return jnp.stack([first, end]).astype(jnp.int32)
 
 
+def prefix_key_blocks(prefix_valid: Array, tk: int) -> Array:
+  """int32 [2]: the key blocks [first, end) of a shared prefix bool [B/m, P].
+
+  Every prefix key precedes every query, so the loop runs to the last block.
+  """
+  return decode_key_blocks(_prefix_query_index(prefix_valid, 1), prefix_valid, tk)
+
+
+def _prefix_query_index(prefix_valid: Array, t: int) -> Array:
+  """A query index int [B/m, T] after the whole prefix: it sees every key."""
+  n, p = prefix_valid.shape
+  return jnp.full((n, t), p - 1, jnp.int32)
+
+
 class SharedPrefix(NamedTuple):
   """A prompt prefix that groups of m consecutive rows share, read once per group.
 
@@ -540,15 +551,14 @@ def _prefix_carry(qb: Array, prefix: SharedPrefix, block_k: int | None):
   ptk, _ = decode_block(p, block_k)
   blocks = prefix.key_blocks
   if blocks is None:
-    last = jnp.full((n, 1), p - 1, jnp.int32)
-    blocks = decode_key_blocks(last, prefix.valid, ptk)
+    blocks = prefix_key_blocks(prefix.valid, ptk)
   # Group m rows' queries as m·R query rows of one prefix: [B/m, G, m·R, T, K].
   qg = (
     qb.reshape(n, m, g, r, t, kd)
     .transpose(0, 2, 1, 3, 4, 5)
     .reshape(n, g, m * r, t, kd)
   )
-  qi = jnp.full((n, t), p - 1, jnp.int32)  # Sees every (valid) prefix key.
+  qi = _prefix_query_index(prefix.valid, t)
   carry = _decode_loop(
     _online_init(qg), qg, prefix.k, prefix.v, qi, prefix.valid, blocks, ptk
   )

@@ -358,6 +358,17 @@ def decode_step(
   return tok, lp, cache
 
 
+def _slot_rows(x: Array, slot_prompt: Array, aligned: bool) -> Array:
+  """Prompt rows [B, ...] -> slot rows [S, ...], slot s taking slot_prompt[s]'s.
+
+  Aligned (slot s continues prompt s, S == B): the rows are where they are,
+  on the device that holds them. Otherwise a gather, which the partitioner
+  makes an all-gather of x over the data axes (all B rows on every device:
+  the memory plan counts it). Idle slots (-1) take row 0.
+  """
+  return x if aligned else jnp.take(x, jnp.maximum(slot_prompt, 0), axis=0)
+
+
 def round_cache(
   model: model_lib.Transformer,
   pc: PromptCache,
@@ -376,17 +387,12 @@ def round_cache(
   slots' own empty [S, G, N, K] response cache.
   """
   s = slot_prompt.shape[0]
-  idx = jnp.maximum(slot_prompt, 0)
   kv_heads = model.config.num_kv_heads
   sh4 = _cache_sharding(mesh, s, kv_heads)
   sh2 = _rows_sharding(mesh, s, 2)
 
   def rows(x):
-    # Aligned (slot s continues prompt s, S == B): the rows are where they
-    # are, on the device that holds them. Otherwise a gather, which the
-    # partitioner makes an all-gather of x over the data axes (all B rows on
-    # every device: the memory plan counts it).
-    return x if aligned else jnp.take(x, idx, axis=0)
+    return _slot_rows(x, slot_prompt, aligned)
 
   if model.config.attention == 'dense':
     # The reference layout: one [S, G, P + N, K] cache per slot, the prompt's
@@ -446,13 +452,12 @@ def _round_jit(
   model = nnx.merge(graphdef, state)
   s = slot_prompt.shape[0]
   live = slot_prompt >= 0
-  idx = jnp.maximum(slot_prompt, 0)
   p = pc.valid.shape[1]
   sh4 = _cache_sharding(mesh, s, model.config.num_kv_heads)
   sh2 = _rows_sharding(mesh, s, 2)
 
-  def rows(x):  # As in round_cache: in place when aligned, else gathered.
-    return x if aligned else jnp.take(x, idx, axis=0)
+  def rows(x):
+    return _slot_rows(x, slot_prompt, aligned)
 
   cache = round_cache(
     model, pc, slot_prompt, n, aligned=aligned, group=group, mesh=mesh
@@ -663,9 +668,19 @@ def _slot_group(slot_prompt, group: int, mesh) -> int:
         f'group={group}: slots {g * group}..{(g + 1) * group - 1} continue '
         f'different prompts {sorted(set(grouped[g][grouped[g] >= 0].tolist()))}'
       )
-  if mesh is not None and (s // group) % sharding_lib.data_parallel_size(mesh):
-    return 1
-  return group
+  dp = 1 if mesh is None else sharding_lib.data_parallel_size(mesh)
+  return group_on_mesh(s, group, dp)
+
+
+def group_on_mesh(slots: int, group: int, data_shards: int) -> int:
+  """The group a round of `slots` compiles for on `data_shards` row shards.
+
+  `group` when its S/group groups split evenly over the shards (each device
+  then holds whole groups), else 1: a group spanning devices would gather
+  its prompt's keys across shards at every step. The memory plan calls this
+  too, so plan and program fall back alike.
+  """
+  return group if (slots // group) % data_shards == 0 else 1
 
 
 def lower_round(

@@ -66,9 +66,9 @@ def test_scaling_and_bounds():
 def test_decode_reads_the_written_blocks():
   # P=1024, N=2048: blocks of 64 up to the current position, from 1024+64
   # keys at the first step to all 3072 at the last: about P + N/2 on average.
-  keys = step_time.decode_keys(1024, 2048)
+  keys = sum(step_time.decode_reads(1024, 2048))
   assert keys == pytest.approx(1024 + 2048 / 2 + 32, abs=1)
-  assert step_time.decode_keys(1024, 2048, 'dense') == 3072
+  assert sum(step_time.decode_reads(1024, 2048, 'dense')) == 3072
   # The prompt's buffer in whole blocks (two of 64 for P=100, the last one
   # clamped), the response's blocks (one of 28 for N=28) up to the position's.
   assert step_time.decode_reads(100, 28) == (128, 28)

@@ -431,8 +431,7 @@ def plan(
     else:
       # The prompt's keys once per group ([S/m, G, P, K]; the prompt cache
       # itself when aligned), the slots' own [S, G, N, K] response cache.
-      if (slots // group) % dp:
-        group = 1  # As the sampler falls back.
+      group = sampler.group_on_mesh(slots, group, dp)
       g_rows = _rows(slots // group, dp)
       prefix = 0 if aligned and group == 1 else g_rows * p * kv_layer
       response = s_dev * new * kv_layer

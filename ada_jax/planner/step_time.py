@@ -106,11 +106,6 @@ def decode_reads(
   return float(tp * blocks), own / new_tokens
 
 
-def decode_keys(prompt_len: int, new_tokens: int, attention: str = 'auto') -> float:
-  """Keys one slot's decode step attends to, averaged over N steps (`decode_reads`)."""
-  return sum(decode_reads(prompt_len, new_tokens, attention))
-
-
 def _phase(name: str, flops: float, nbytes: float, chip: chips_lib.Chip, note=''):
   t_flops = flops / chip.bf16_flops
   t_bytes = nbytes / chip.hbm_bytes_per_s
@@ -161,7 +156,7 @@ def estimate(
     chip: the accelerator.
     remat: 'none' or 'block' (one more forward in the backward).
     attention: the config's `model.attention` ('dense': decode reads the
-      whole cache every step; else the written blocks, `decode_keys`).
+      whole cache every step; else the written blocks, `decode_reads`).
     sample_bytes: bytes per weight of the sampling copy (2: bf16).
     kv_bytes: bytes per KV-cache element.
     slot_group: m, slots per prompt group (the sampler reads a prompt's keys
