@@ -545,11 +545,18 @@ def profile_pieces(r: _Round, i: int, repeats: int) -> dict[str, float]:
   def attention(q, cache, windex):
     query_index = jnp.full((s, 1), windex, jnp.int32)
     mask = attention_lib.make_mask(query_index, cache.valid, impl, cache.prefix_valid)
-    prefix = cache.prefix_k or (None,) * len(cache.k)
-    prefix = zip(prefix, cache.prefix_v or prefix, strict=True)
+    shared = cache.prefix_valid is not None  # As the model's layer loop.
     return [
-      attention_lib.attend(q, kl, vl, mask, impl, dt, None if pk is None else (pk, pv))
-      for kl, vl, (pk, pv) in zip(cache.k, cache.v, prefix, strict=True)
+      attention_lib.attend(
+        q,
+        cache.k[i],
+        cache.v[i],
+        mask,
+        impl,
+        dt,
+        (cache.prefix_k[i], cache.prefix_v[i]) if shared else None,
+      )
+      for i in range(len(cache.k))
     ]
 
   @functools.partial(jax.jit, donate_argnums=0)
