@@ -183,10 +183,8 @@ def fit(results, meshes, modes, rounds: int = 4) -> dict[str, float]:
   best = loss()
   # The terms the matrix's small model identifies (activations, the round);
   # the ones that scale with the params (grads, weights_block, block_kept)
-  # stay as counted from the programs' structure, and the recomputed block's
-  # share of its activations keeps a floor of one half (the tiny model's
-  # figures would take it to zero, wrong for wide MLPs at T = 3072).
-  fixed = ('grads', 'weights_block', 'block_kept', 'flash_block_linear')
+  # stay as counted from the programs' structure.
+  fixed = ('grads', 'weights_block', 'block_kept')
   keys = [k for k in memory.FIT if k not in fixed]
   for _ in range(rounds):
     for k in keys:

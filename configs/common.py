@@ -33,7 +33,7 @@ programs):
 | 7B | 44.5 GiB, sampling: does NOT fit | 25.8 GiB, sampling: fits | 12.9 GiB, sampling: fits |
 
 Why. With block remat, blockwise attention and micro-batches over every row
-shard, the update and the old-logp pass are small (7B on v5p-64: 10.5 and
+shard, the update and the old-logp pass are small (7B on v5p-64: 10.7 and
 6.5 GiB, params and AdamW state included). Memory is set by sampling: the
 round's KV cache (each prompt's P keys once per group of its M slots, and
 each slot's own N: S / (data x fsdp) slots, KV heads split over tensor when

@@ -256,14 +256,22 @@ FIT: dict[str, float] = {
   # none), and the one recomputed layer's (remat block).
   'dense_kept': 5.7,
   'dense_block': 8.4,
-  # Blockwise attention (chunked, splash): the share of the linear
-  # activations a layer keeps (remat none; the recomputed layer with remat
-  # block), bytes per [h, tq, tk] element kept per layer
-  # and held by the one layer in its backward.
+  # Blockwise attention (chunked, splash), remat none: the share of the
+  # linear activations a layer keeps, bytes per [h, tq, tk] element kept per
+  # layer and held by the one layer in its backward.
   'flash_linear': 0.56,
-  'flash_block_linear': 0.5,
   'flash_blocks': 8.4,
   'flash_transient': 9.5,
+  # Blockwise, remat block: the recomputed layer's backward peaks at one of
+  # two points that do not overlap, and the plan takes the larger: its
+  # linear activations (this share of them), or the attention backward's
+  # fp32 score blocks (bytes per [h, tq, tk] element: about six fp32 arrays).
+  # A sum of the two over-counts the change when T doubles at a fixed block
+  # (2.47x at T = 384 -> 768); the max follows it (0.97-1.04 over T = 192 ..
+  # 1,536 on (2, 2, 2), where the peak moves from the scores to the linear
+  # activations between T = 512 and 1,536).
+  'flash_block_linear': 1.0,
+  'flash_block_scores': 24.0,
   # Old-logp (forward only): the share of one layer's linear activations,
   # bytes per score element of one layer, and per
   # [T, h, K] element each unrolled blockwise layer keeps.
@@ -321,7 +329,9 @@ def _layer_bytes(
   softmax [H, T, T] (7 bytes per element with its mask and the backward's
   share). Chunked and splash keep q, k, v, the output and the log-sum-exp
   (O(T), in the q/k/v term) and hold blocks of [tq, tk] fp32 scores (four
-  arrays in the flash backward) for one layer at a time.
+  arrays in the flash backward) for one layer at a time. With remat='block'
+  and blockwise attention the one recomputed layer's figure is the larger of
+  its linear activations and its score blocks (no transient on top).
   """
   a = jnp.dtype(c.dtype).itemsize
   h = _split(c.num_heads, tensor)
@@ -334,13 +344,17 @@ def _layer_bytes(
       return int(kept + FIT['dense_block'] * h * t * t), 0
     scores = FIT['dense_kept'] * h * t * t
     return int(kept + scores), int(scores)
+  tq, _ = attention_lib.block_size(t, attention_lib.BLOCK_Q)
+  tk, _ = attention_lib.block_size(t, attention_lib.BLOCK_K)
+  if c.remat == 'block':
+    # One recomputed layer at a time; its backward holds either its linear
+    # activations or its attention's score blocks at the peak (FIT).
+    scores = FIT['flash_block_scores'] * h * tq * tk
+    return int(max(FIT['flash_block_linear'] * kept, scores)), 0
   # Blockwise: per layer, XLA keeps a share of the linear activations and
   # ~`flash_blocks` bytes per [h, tq, tk] block element; the flash backward
   # holds a few fp32 blocks for one layer at a time.
-  tq, _ = attention_lib.block_size(t, attention_lib.BLOCK_Q)
-  tk, _ = attention_lib.block_size(t, attention_lib.BLOCK_K)
-  share = FIT['flash_block_linear' if c.remat == 'block' else 'flash_linear']
-  kept = share * kept + FIT['flash_blocks'] * h * tq * tk
+  kept = FIT['flash_linear'] * kept + FIT['flash_blocks'] * h * tq * tk
   return int(kept), int(FIT['flash_transient'] * h * tq * tk)
 
 
