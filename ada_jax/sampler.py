@@ -419,14 +419,22 @@ def round_cache(
         return x
       return jnp.take(x, gidx, axis=0)
 
+    pk = tuple(_constrain(prefix_rows(x), shp) for x in pc.k)
+    pv = tuple(_constrain(prefix_rows(x), shp) for x in pc.v)
     response = jnp.zeros((s, kv_heads, n, model.config.head_dim), pc.k[0].dtype)
     response = _constrain(response, sh4)
+    # Every layer's prefix is taken before the empty response caches enter
+    # the loop: without the barrier XLA held the all-gathered prompts of all
+    # layers beside the 2L response buffers (1.5B at the paper's shapes on 32
+    # fake devices: 49.0 GiB compiled against 35.7 planned; the plan's max of
+    # the two is what a round holds now).
+    (pk, pv), response = jax.lax.optimization_barrier(((pk, pv), response))
     cache = model_lib.KVCache(
       tuple(response for _ in pc.k),
       tuple(response for _ in pc.v),
       _constrain(jnp.zeros((s, n), jnp.bool_), sh2),
-      tuple(_constrain(prefix_rows(x), shp) for x in pc.k),
-      tuple(_constrain(prefix_rows(x), shp) for x in pc.v),
+      pk,
+      pv,
       _constrain(prefix_rows(pc.valid), _rows_sharding(mesh, ng, 2)),
     )
   return cache
