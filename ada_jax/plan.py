@@ -342,7 +342,7 @@ def check_report(
       lines.append(
         f'note: XLA:CPU has no native {jnp.dtype(cfg.dtype).name} math and keeps '
         'fp32 copies of such buffers: ratios of bf16 configs are off here (1.5B '
-        'on 32 devices: sampling 0.46, update 0.69 in bf16, 0.98 and 0.89 with '
+        'on 32 devices: sampling 0.40, update 0.72 in bf16, 1.02 and 0.96 with '
         "--config.model.dtype=float32, which checks the plan's structure on CPU)"
       )
   return '\n'.join(lines)

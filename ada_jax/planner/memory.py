@@ -44,11 +44,11 @@ bytes a so they carry over to bf16. XLA:CPU says nothing certain about TPU
 tiling (minor dims padded to 128 lanes, other fusions): read the plan as an
 estimate there, and check it with `plan --check` on the TPU VM itself. At
 paper scale on 32 fake CPU devices the plan matches the compiled programs
-of the fp32 variants of the v5p-64 presets (1.5B: sampling 1.02, update
-0.96, old-logp 0.90; 7B: sampling 0.99; 1.5B on v4-32's 16: sampling 0.99,
-plan / compiled); bf16 ones compile larger on CPU (sampling 0.46-0.58), whose
-XLA has no native bf16 math and keeps fp32 copies of bf16 buffers; TPU
-computes in bf16 (the plan's assumption).
+of the fp32 variants of the v5p-64 presets (plan / compiled, 1.5B:
+sampling 1.02, update 0.96, old-logp 0.90; 7B: sampling 0.99; 1.5B on
+v4-32's 16: sampling 0.99); bf16 ones compile larger on CPU (1.5B:
+sampling 0.40, update 0.72), whose XLA has no native bf16 math and keeps
+fp32 copies of bf16 buffers; TPU computes in bf16 (the plan's assumption).
 
 Dimension legend:
   B: prompts per step     P: prompt bucket      N: max new tokens
