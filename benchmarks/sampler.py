@@ -549,14 +549,14 @@ def profile_pieces(r: _Round, i: int, repeats: int) -> dict[str, float]:
     return [
       attention_lib.attend(
         q,
-        cache.k[i],
-        cache.v[i],
+        cache.k[layer],
+        cache.v[layer],
         mask,
         impl,
         dt,
-        (cache.prefix_k[i], cache.prefix_v[i]) if shared else None,
+        (cache.prefix_k[layer], cache.prefix_v[layer]) if shared else None,
       )
-      for i in range(len(cache.k))
+      for layer in range(len(cache.k))
     ]
 
   @functools.partial(jax.jit, donate_argnums=0)

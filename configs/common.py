@@ -57,12 +57,13 @@ in `DOES_NOT_FIT`), the plan names the smallest change that fits: 4 (3B,
 else the step quartered (3B, 4B: `--config.rl.prompts_per_step=128
 --config.rl.slots=1024 --config.rl.mini_batch_rows=128`) or halved (7B:
 `--config.rl.prompts_per_step=256 --config.rl.slots=2048
---config.rl.mini_batch_rows=256`). Not part of the step: the trainer's pass-rate histogram scores S // k
-prompts x k samples in one round of S slots (the RL round's shape, so it
-fits wherever the step does); greedy evaluation and the evaluate command
-(k = 1) run S prompts in an aligned round (slot i continues prompt i, no
-gather); `plan` prints their verdicts separately (evaluate at 4096 new
-tokens may need `--slots` on the smaller pods).
+--config.rl.mini_batch_rows=256`). Not part of the step: the trainer's
+pass-rate histogram scores S // k prompts x k samples in one round of S
+slots (the RL round's shape, so it fits wherever the step does); greedy
+evaluation and the evaluate command (k = 1) run S prompts in an aligned
+round (slot i continues prompt i, no gather); `plan` prints their verdicts
+separately (evaluate at 4096 new tokens may need `--slots` on the smaller
+pods).
 """
 
 from __future__ import annotations

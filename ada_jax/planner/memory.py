@@ -268,7 +268,7 @@ FIT: dict[str, float] = {
   # linear activations (this share of them), or the attention backward's
   # fp32 score blocks (bytes per [h, tq, tk] element: about six fp32 arrays).
   # A sum of the two over-counts the change when T doubles at a fixed block
-  # (2.47x at T = 384 -> 768); the max follows it (0.97-1.04 over T = 192 ..
+  # (2.47x at T = 384 -> 768); the max follows it (0.98-1.04 over T = 192 ..
   # 1,536 on (2, 2, 2), where the peak moves from the scores to the linear
   # activations between T = 512 and 1,536).
   'flash_block_linear': 1.0,
