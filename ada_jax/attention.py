@@ -256,9 +256,29 @@ def dense_attention(q: Array, k: Array, v: Array, mask: Array, dtype: Any) -> Ar
   scores = jnp.einsum('btgrk,bgsk->bgrts', qg, k, preferred_element_type=jnp.float32)
   scores = scores / math.sqrt(kd)
   scores = jnp.where(mask[:, :, None], scores, MASK_VALUE)
-  probs = jax.nn.softmax(scores, axis=-1).astype(dtype)
-  out = jnp.einsum('bgrts,bgsk->btgrk', probs, v)
-  return out.reshape(b, t, h, kd)
+  if t == 1:
+    # Decode: the scores are one row per head; normalizing them is cheap.
+    probs = jax.nn.softmax(scores, axis=-1).astype(dtype)
+    out = jnp.einsum('bgrts,bgsk->btgrk', probs, v)
+    return out.reshape(b, t, h, kd)
+  # T > 1: the softmax's normalization is applied to the [B, G, R, T, K]
+  # output, not to the probabilities, so a layer makes three fp32 [T, S]
+  # arrays (scores, masked, exponentials), not four. XLA:CPU's buffer
+  # assignment put a chain of four same-size arrays in two slots at some
+  # sizes and in three at others (the old-logp pass: two at T = 384, three
+  # at T = 768); three take two at every size benchmarks/plan_calibration.py
+  # compiles.
+  top = jax.lax.stop_gradient(jnp.max(scores, axis=-1, keepdims=True))
+  unnormalized = jnp.exp(scores - top)
+  total = jnp.sum(unnormalized, axis=-1)
+  out = jnp.einsum(
+    'bgrts,bgsk->bgrtk',
+    unnormalized.astype(dtype),
+    v,
+    preferred_element_type=jnp.float32,
+  )
+  out = (out / total[..., None]).astype(dtype)
+  return out.transpose(0, 3, 1, 2, 4).reshape(b, t, h, kd)
 
 
 # ---------------------------------------------------------------- chunked

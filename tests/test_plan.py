@@ -10,8 +10,9 @@ must be within 25% of the plan's. CI runs one point of the calibration
 matrix (benchmarks/plan_calibration.py: a 4-layer model at T = 384, mesh
 (2, 2, 2), chunked attention with block remat, the paper configs' mode on
 CPU), and of its doublings the update's T doubling (where a summed plan
-missed: 2.47x the compiled change); the script runs every mesh and mode and
-the doublings.
+missed: 2.47x the compiled change) and dense attention's old-logp T doubling
+(0.65x before the softmax was normalized on its output); the script runs
+every mesh and mode and the doublings.
 """
 
 import dataclasses
@@ -82,6 +83,29 @@ def test_update_change_follows_compiled_when_t_doubles(compiled):
     f'T doubling: plan change {plan_change} / compiled {compiled_change} = {ratio:.3f}'
   )
   assert abs(ratio - 1) <= _TOL, (plan_change, compiled_change, ratio)
+
+
+def test_dense_old_logp_change_follows_compiled_when_t_doubles():
+  # Dense attention's old-logp pass, T = 384 -> 768. With the softmax
+  # normalized over [T, S] probabilities, XLA:CPU packed a layer's four
+  # same-size fp32 score arrays into two slots at T = 384 and three at 768:
+  # the plan's change was 0.65x the compiled one. The output-side
+  # normalization leaves three arrays, which take two slots at both sizes.
+  mesh = sharding.make_mesh(_MESH)
+
+  def both(doubling):
+    config, shapes = _CAL.case('dense-none', doubling)
+    got = plan.compiled_phases(config, shapes, mesh, ('old_logp',))['old_logp'].total
+    planned = memory.plan(config, shapes, _MESH, backend='cpu').program_bytes(
+      'old_logp'
+    )
+    return planned, got
+
+  (p0, c0), (p1, c1) = both(''), both('T')
+  ratio = (p1 - p0) / (c1 - c0)
+  print(f'dense old-logp T doubling: plan change {p1 - p0} / compiled {c1 - c0}')
+  assert abs(ratio - 1) <= _TOL, (p0, c0, p1, c1, ratio)
+  assert abs(p0 / c0 - 1) <= _TOL and abs(p1 / c1 - 1) <= _TOL, (p0, c0, p1, c1)
 
 
 def test_grouped_round_matches_plan_with_slots_over_eight_shards():

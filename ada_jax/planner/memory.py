@@ -254,9 +254,12 @@ FIT: dict[str, float] = {
   # dense decode attention (attention='dense'; the blockwise one keeps one).
   'kv_one_head': 1.8,
   # Dense attention: bytes per [h, T, T] element each layer keeps (remat
-  # none), and the one recomputed layer's (remat block).
-  'dense_kept': 5.7,
-  'dense_block': 8.4,
+  # none), and the one recomputed layer's backward holds at its score peak
+  # (remat block: fp32 scores, exponentials and their gradients; the plan
+  # takes the larger of that and the layer's linear activations, as for
+  # blockwise below).
+  'dense_kept': 3.1,
+  'dense_block': 13.2,
   # Blockwise attention (chunked, splash), remat none: the share of the
   # linear activations a layer keeps, bytes per [h, tq, tk] element kept per
   # layer and held by the one layer in its backward.
@@ -274,7 +277,8 @@ FIT: dict[str, float] = {
   'flash_block_linear': 1.0,
   'flash_block_scores': 24.0,
   # Old-logp (forward only): the share of one layer's linear activations,
-  # bytes per score element of one layer, and per
+  # bytes per score element of one layer (dense: two fp32 [h, T, T] arrays,
+  # planned as the larger of these and the linear activations), and per
   # [T, h, K] element each unrolled blockwise layer keeps.
   'logp_linear': 0.56,
   'logp_dense': 8.4,
@@ -326,13 +330,14 @@ def _layer_bytes(
   compiled update (fp32, a = 4) and written in the compute dtype's bytes a:
   the q/k/v projections with their fp32 RoPE copies (3a + 7 per element),
   the MLP's gate, up, silu and product (6a per [T, F] element), the residual
-  stream and norms (4a per [T, D] element); dense attention keeps the fp32
-  softmax [H, T, T] (7 bytes per element with its mask and the backward's
-  share). Chunked and splash keep q, k, v, the output and the log-sum-exp
-  (O(T), in the q/k/v term) and hold blocks of [tq, tk] fp32 scores (four
-  arrays in the flash backward) for one layer at a time. With remat='block'
-  and blockwise attention the one recomputed layer's figure is the larger of
-  its linear activations and its score blocks (no transient on top).
+  stream and norms (4a per [T, D] element); dense attention keeps its fp32
+  unnormalized softmax [H, T, T] (about 3 bytes per element, XLA reusing
+  part of it, and as much again in the backward). Chunked and splash keep
+  q, k, v, the output and the log-sum-exp (O(T), in the q/k/v term) and hold
+  blocks of [tq, tk] fp32 scores (four arrays in the flash backward) for one
+  layer at a time. With remat='block'
+  the one recomputed layer's figure is the larger of its linear activations
+  and its scores (blocks, or dense [H, T, T]), with no transient on top.
   """
   a = jnp.dtype(c.dtype).itemsize
   h = _split(c.num_heads, tensor)
@@ -341,8 +346,9 @@ def _layer_bytes(
   kept = t * (h + 2 * g) * c.head_dim * (3 * a + 7) + 6 * a * t * f
   kept += 4 * a * t * c.hidden_size
   if impl == 'dense':
-    if c.remat == 'block':  # One layer at a time: probabilities and their grad.
-      return int(kept + FIT['dense_block'] * h * t * t), 0
+    if c.remat == 'block':  # As blockwise: the larger of the two peaks.
+      scores = FIT['dense_block'] * h * t * t
+      return int(max(FIT['flash_block_linear'] * kept, scores)), 0
     scores = FIT['dense_kept'] * h * t * t
     return int(kept + scores), int(scores)
   tq, _ = attention_lib.block_size(t, attention_lib.BLOCK_Q)
@@ -495,7 +501,9 @@ def plan(
   g = _split(c.num_kv_heads, tensor)
   fwd = FIT['logp_linear'] * 2 * a * t * (f + (h + 2 * g) * c.head_dim + c.hidden_size)
   if impl == 'dense':
-    fwd += FIT['logp_dense'] * h * t * t
+    # The [h, T, T] scores are freed before the MLP's activations exist: a
+    # layer peaks at one or the other.
+    fwd = max(fwd, FIT['logp_dense'] * h * t * t)
   else:
     tq, _ = attention_lib.block_size(t, attention_lib.BLOCK_Q)
     tk, _ = attention_lib.block_size(t, attention_lib.BLOCK_K)
