@@ -104,6 +104,15 @@ DECODE_BLOCK_K = 64
 _SPLASH_BLOCKS = (512, 256, 128)
 _SPLASH_ALIGN = 128
 MASK_VALUE = -0.7 * float(jnp.finfo(jnp.float32).max)
+# Dense attention normalizes on its output from this many [T, S] elements
+# per row and head on (T > 1; 256 KiB of fp32 scores), where the [T, S]
+# arrays set the memory. Below it, and when decoding, it is the plain
+# softmax: its arithmetic is the one the tiny runs' documented figures were
+# measured with (README, experiments/README.md). Those runs are chaotic in
+# the last bit: with the output-side normalization at T = 26 the seed-2 SFT
+# warm start of experiments/main_job.py ended at held-out greedy 0.113
+# instead of 0.263 (its loss drop came late in the 1,200 steps).
+DENSE_OUTPUT_NORM_MIN = 256 * 256
 
 
 class AttentionMask(NamedTuple):
@@ -256,18 +265,17 @@ def dense_attention(q: Array, k: Array, v: Array, mask: Array, dtype: Any) -> Ar
   scores = jnp.einsum('btgrk,bgsk->bgrts', qg, k, preferred_element_type=jnp.float32)
   scores = scores / math.sqrt(kd)
   scores = jnp.where(mask[:, :, None], scores, MASK_VALUE)
-  if t == 1:
-    # Decode: the scores are one row per head; normalizing them is cheap.
+  if t == 1 or t * k.shape[2] < DENSE_OUTPUT_NORM_MIN:
     probs = jax.nn.softmax(scores, axis=-1).astype(dtype)
     out = jnp.einsum('bgrts,bgsk->btgrk', probs, v)
     return out.reshape(b, t, h, kd)
-  # T > 1: the softmax's normalization is applied to the [B, G, R, T, K]
-  # output, not to the probabilities, so a layer makes three fp32 [T, S]
-  # arrays (scores, masked, exponentials), not four. XLA:CPU's buffer
-  # assignment put a chain of four same-size arrays in two slots at some
-  # sizes and in three at others (the old-logp pass: two at T = 384, three
-  # at T = 768); three take two at every size benchmarks/plan_calibration.py
-  # compiles.
+  # Large [T, S]: the softmax's normalization is applied to the
+  # [B, G, R, T, K] output, not to the probabilities, so a layer makes three
+  # fp32 [T, S] arrays (scores, masked, exponentials), not four. XLA:CPU's
+  # buffer assignment put a chain of four same-size arrays in two slots at
+  # some sizes and in three at others (the old-logp pass: two at T = 384,
+  # three at T = 768); three take two at every size
+  # benchmarks/plan_calibration.py compiles.
   top = jax.lax.stop_gradient(jnp.max(scores, axis=-1, keepdims=True))
   unnormalized = jnp.exp(scores - top)
   total = jnp.sum(unnormalized, axis=-1)

@@ -85,9 +85,16 @@ def test_block_size():
   assert attention.block_size(37, 16) == (16, 3)
 
 
+@pytest.mark.parametrize('output_norm', [False, True])
 @pytest.mark.parametrize('prefix', [0, 13])
-def test_chunked_function_matches_dense(prefix):
-  """Outputs and q/k/v gradients, with a cache prefix and a fully masked row."""
+def test_chunked_function_matches_dense(prefix, output_norm, monkeypatch):
+  """Outputs and q/k/v gradients, with a cache prefix and a fully masked row.
+
+  output_norm: dense normalizes on its output (what it does for large
+  [T, S]; forced here at these small shapes) instead of the plain softmax.
+  """
+  if output_norm:
+    monkeypatch.setattr(attention, 'DENSE_OUTPUT_NORM_MIN', 0)
   b, t, h, g, k = 3, 37, 4, 2, 8
   s = prefix + t
   rng = np.random.RandomState(0)
