@@ -335,9 +335,9 @@ def _layer_bytes(
   part of it, and as much again in the backward). Chunked and splash keep
   q, k, v, the output and the log-sum-exp (O(T), in the q/k/v term) and hold
   blocks of [tq, tk] fp32 scores (four arrays in the flash backward) for one
-  layer at a time. With remat='block'
-  the one recomputed layer's figure is the larger of its linear activations
-  and its scores (blocks, or dense [H, T, T]), with no transient on top.
+  layer at a time. With remat='block' the one recomputed layer's figure is
+  the larger of its linear activations and its scores (blocks, or dense
+  [H, T, T]), with no transient on top.
   """
   a = jnp.dtype(c.dtype).itemsize
   h = _split(c.num_heads, tensor)
@@ -345,19 +345,19 @@ def _layer_bytes(
   f = _split(c.intermediate_size, tensor)
   kept = t * (h + 2 * g) * c.head_dim * (3 * a + 7) + 6 * a * t * f
   kept += 4 * a * t * c.hidden_size
-  if impl == 'dense':
-    if c.remat == 'block':  # As blockwise: the larger of the two peaks.
-      scores = FIT['dense_block'] * h * t * t
-      return int(max(FIT['flash_block_linear'] * kept, scores)), 0
-    scores = FIT['dense_kept'] * h * t * t
-    return int(kept + scores), int(scores)
   tq, _ = attention_lib.block_size(t, attention_lib.BLOCK_Q)
   tk, _ = attention_lib.block_size(t, attention_lib.BLOCK_K)
   if c.remat == 'block':
     # One recomputed layer at a time; its backward holds either its linear
-    # activations or its attention's score blocks at the peak (FIT).
-    scores = FIT['flash_block_scores'] * h * tq * tk
+    # activations or its attention's scores at the peak (FIT).
+    if impl == 'dense':
+      scores = FIT['dense_block'] * h * t * t
+    else:
+      scores = FIT['flash_block_scores'] * h * tq * tk
     return int(max(FIT['flash_block_linear'] * kept, scores)), 0
+  if impl == 'dense':
+    scores = FIT['dense_kept'] * h * t * t
+    return int(kept + scores), int(scores)
   # Blockwise: per layer, XLA keeps a share of the linear activations and
   # ~`flash_blocks` bytes per [h, tq, tk] block element; the flash backward
   # holds a few fp32 blocks for one layer at a time.
