@@ -180,6 +180,33 @@ def test_decode_matches_dense_and_reads_only_written_blocks(query_at):
   np.testing.assert_allclose(np.asarray(got), ref, atol=1e-5)
 
 
+def test_short_cache_is_read_whole_and_matches_dense_and_the_loop():
+  """A 2-block cache (read whole, no loop) against dense and the loop.
+
+  S = 13: blocks of 8 (two: read whole) and of 4 (four: the loop), with
+  left-padded ragged rows.
+  """
+  b, h, g, k, s = 3, 4, 2, 8, 13
+  rng = np.random.RandomState(2)
+  q = jnp.asarray(rng.randn(b, 1, h, k), jnp.float32)
+  kk, v = (jnp.asarray(rng.randn(b, g, s, k), jnp.float32) for _ in range(2))
+  valid = np.zeros((b, s), bool)
+  for i, start in enumerate([0, 4, 9]):
+    valid[i, start:11] = True
+  valid = jnp.asarray(valid)
+  query_index = jnp.full((b, 1), 10, jnp.int32)
+  assert -(-s // 8) <= attention.DECODE_WHOLE_MAX_BLOCKS < -(-s // 4)
+  whole, loop = (
+    jax.jit(functools.partial(attention.decode_attention, block_k=tk))(
+      q, kk, v, query_index, valid
+    )
+    for tk in (8, 4)
+  )
+  dense = _dense_decode_reference(q, kk, v, query_index, valid)
+  np.testing.assert_allclose(np.asarray(whole), np.asarray(dense), atol=1e-5)
+  np.testing.assert_allclose(np.asarray(whole), np.asarray(loop), atol=1e-5)
+
+
 @pytest.mark.parametrize('group', [1, 2, 4])
 def test_decode_with_shared_prefix_matches_dense_over_the_joined_cache(group):
   """Slots in groups of `group` share a left-padded prompt prefix (P = 21).
