@@ -19,8 +19,11 @@ The round's cache (`round_cache`): with blockwise decode attention (every
 schedule puts a prompt's M slots side by side, `slot_group`) and each slot
 has its own [S, G, N, K] response cache; a decode step scores a group's
 queries against its prompt's keys in one product, so a prompt's keys are read
-once per group, not once per slot. attention='dense' keeps the reference
-layout, a [S, G, P + N, K] cache per slot with the prompt copied in.
+once per group, not once per slot. Both hold their keys transposed
+([.., K, P] and [.., K, N], see `model.KVCache`): the round copies the
+prompt's keys into that layout once, and every decode step's score product
+reads them as a matrix product's right operand. attention='dense' keeps the
+reference layout, a [S, G, P + N, K] cache per slot with the prompt copied in.
 
 Sampling knobs are traced arrays: temperature, top_p and top_k per slot [S],
 EOS ids padded to MAX_EOS_IDS. Changing them, or the slot assignment, never
@@ -329,7 +332,7 @@ def decode_step(
   Args:
     model: the policy.
     cache: the round's cache, [S, G, P + N, K] per layer, or [S, G, N, K]
-      after a shared prompt prefix (see `sample_round`).
+      (keys [S, G, K, N]) after a shared prompt prefix (see `round_cache`).
     prev: int [S], column i - 1's tokens, written at cache index p + i - 1
       (i - 1 after a shared prefix).
     start_pos: int [S], each slot's prompt length (RoPE position of column 0).
@@ -384,7 +387,8 @@ def round_cache(
   attention='dense': the reference layout, one [S, G, P + N, K] cache per
   slot with its prompt's keys copied in. Otherwise the prompt's keys once per
   group of `group` slots ([S/group, G, P, K], a `SharedPrefix`) and the
-  slots' own empty [S, G, N, K] response cache.
+  slots' own empty [S, G, N, K] response cache, keys transposed in both
+  ([.., K, P] and [S, G, K, N]).
   """
   s = slot_prompt.shape[0]
   kv_heads = model.config.num_kv_heads
@@ -419,19 +423,24 @@ def round_cache(
         return x
       return jnp.take(x, gidx, axis=0)
 
-    pk = tuple(_constrain(prefix_rows(x), shp) for x in pc.k)
+    # Keys transposed ([.., K, P] and [.., K, N], see `model_lib.KVCache`):
+    # one copy of each layer's prefix keys per round, read at every step.
+    pk = tuple(_constrain(jnp.swapaxes(prefix_rows(x), 2, 3), shp) for x in pc.k)
     pv = tuple(_constrain(prefix_rows(x), shp) for x in pc.v)
-    response = jnp.zeros((s, kv_heads, n, model.config.head_dim), pc.k[0].dtype)
-    response = _constrain(response, sh4)
+    hd, dt = model.config.head_dim, pc.k[0].dtype
+    response_k = _constrain(jnp.zeros((s, kv_heads, hd, n), dt), sh4)
+    response_v = _constrain(jnp.zeros((s, kv_heads, n, hd), dt), sh4)
     # Every layer's prefix is taken before the empty response caches enter
     # the loop: without the barrier XLA held the all-gathered prompts of all
     # layers beside the 2L response buffers (1.5B at the paper's shapes on 32
     # fake devices: 49.0 GiB compiled against 35.7 planned; the plan's max of
     # the two is what a round holds now).
-    (pk, pv), response = jax.lax.optimization_barrier(((pk, pv), response))
+    (pk, pv), (response_k, response_v) = jax.lax.optimization_barrier(
+      ((pk, pv), (response_k, response_v))
+    )
     cache = model_lib.KVCache(
-      tuple(response for _ in pc.k),
-      tuple(response for _ in pc.v),
+      tuple(response_k for _ in pc.k),
+      tuple(response_v for _ in pc.v),
       _constrain(jnp.zeros((s, n), jnp.bool_), sh2),
       pk,
       pv,

@@ -506,7 +506,7 @@ def profile_pieces(r: _Round, i: int, repeats: int) -> dict[str, float]:
     dt
   )
   new_kv = jax.random.normal(
-    keys[2], (s, c.num_kv_heads, 1, c.head_dim), jnp.float32
+    keys[2], (s, 1, c.num_kv_heads, c.head_dim), jnp.float32
   ).astype(dt)
   positions = (r.start_pos + i - 1)[:, None]
   windex = jnp.int32(w)
@@ -561,12 +561,14 @@ def profile_pieces(r: _Round, i: int, repeats: int) -> dict[str, float]:
 
   @functools.partial(jax.jit, donate_argnums=0)
   def cache_write(cache, new_kv, windex):
-    def put(x):
-      return model_lib.write_cache(x, new_kv, windex, axis=2)
-
+    shared = cache.prefix_valid is not None  # As the model's layers write.
+    kv = [
+      model_lib.write_kv(kc, vc, new_kv, new_kv, windex, keys_transposed=shared)
+      for kc, vc in zip(cache.k, cache.v, strict=True)
+    ]
     valid = model_lib.write_cache(cache.valid, jnp.ones((s, 1), jnp.bool_), windex)
     return cache._replace(
-      k=tuple(put(x) for x in cache.k), v=tuple(put(x) for x in cache.v), valid=valid
+      k=tuple(x for x, _ in kv), v=tuple(x for _, x in kv), valid=valid
     )
 
   @jax.jit

@@ -180,11 +180,12 @@ def test_decode_matches_dense_and_reads_only_written_blocks(query_at):
   np.testing.assert_allclose(np.asarray(got), ref, atol=1e-5)
 
 
-def test_short_cache_is_read_whole_and_matches_dense_and_the_loop():
+@pytest.mark.parametrize('keys_transposed', [False, True])
+def test_short_cache_is_read_whole_and_matches_dense_and_the_loop(keys_transposed):
   """A 2-block cache (read whole, no loop) against dense and the loop.
 
   S = 13: blocks of 8 (two: read whole) and of 4 (four: the loop), with
-  left-padded ragged rows.
+  left-padded ragged rows; keys held [B, G, S, K] or transposed [B, G, K, S].
   """
   b, h, g, k, s = 3, 4, 2, 8, 13
   rng = np.random.RandomState(2)
@@ -196,10 +197,13 @@ def test_short_cache_is_read_whole_and_matches_dense_and_the_loop():
   valid = jnp.asarray(valid)
   query_index = jnp.full((b, 1), 10, jnp.int32)
   assert -(-s // 8) <= attention.DECODE_WHOLE_MAX_BLOCKS < -(-s // 4)
+  keys = jnp.swapaxes(kk, 2, 3) if keys_transposed else kk
   whole, loop = (
-    jax.jit(functools.partial(attention.decode_attention, block_k=tk))(
-      q, kk, v, query_index, valid
-    )
+    jax.jit(
+      functools.partial(
+        attention.decode_attention, block_k=tk, keys_transposed=keys_transposed
+      )
+    )(q, keys, v, query_index, valid)
     for tk in (8, 4)
   )
   dense = _dense_decode_reference(q, kk, v, query_index, valid)
@@ -207,13 +211,17 @@ def test_short_cache_is_read_whole_and_matches_dense_and_the_loop():
   np.testing.assert_allclose(np.asarray(whole), np.asarray(loop), atol=1e-5)
 
 
+@pytest.mark.parametrize('keys_transposed', [False, True])
 @pytest.mark.parametrize('group', [1, 2, 4])
-def test_decode_with_shared_prefix_matches_dense_over_the_joined_cache(group):
+def test_decode_with_shared_prefix_matches_dense_over_the_joined_cache(
+  group, keys_transposed
+):
   """Slots in groups of `group` share a left-padded prompt prefix (P = 21).
 
   The oracle is dense attention over each slot's own [prefix, response]
   cache; NaN in the prefix blocks before the earliest real prompt token and
-  in the response after the query proves neither is read.
+  in the response after the query proves neither is read. keys_transposed:
+  the keys held [.., K, S] as a sampler round's cache holds them.
   """
   groups, h, g, k, p, n, tk = 4, 4, 2, 8, 21, 13, 4
   b = groups * group
@@ -250,8 +258,19 @@ def test_decode_with_shared_prefix_matches_dense_over_the_joined_cache(group):
   @jax.jit
   def decode(q, rk, rv, rvalid, pk, pv, pvalid):
     qi = jnp.full((b, 1), written - 1, jnp.int32)
+    if keys_transposed:
+      rk, pk = jnp.swapaxes(rk, 2, 3), jnp.swapaxes(pk, 2, 3)
     prefix = attention.SharedPrefix(pk, pv, pvalid)
-    return attention.decode_attention(q, rk, rv, qi, rvalid, block_k=tk, prefix=prefix)
+    return attention.decode_attention(
+      q,
+      rk,
+      rv,
+      qi,
+      rvalid,
+      block_k=tk,
+      prefix=prefix,
+      keys_transposed=keys_transposed,
+    )
 
   got = decode(q, rk, rv, rvalid, pk, pv, pvalid)
   np.testing.assert_allclose(np.asarray(got), ref, atol=1e-5)

@@ -450,11 +450,14 @@ def plan(
       kv = copies * s_dev * tt * kv_layer
       cache = int(c.num_layers * max(kv, gathered)) + s_dev * tt
     else:
-      # The prompt's keys once per group ([S/m, G, P, K]; the prompt cache
-      # itself when aligned), the slots' own [S, G, N, K] response cache.
+      # The prompt's keys once per group ([S/m, G, P, K]; when aligned the
+      # prompt cache's values themselves and a transposed copy of its keys,
+      # `model.KVCache`), the slots' own [S, G, N, K] response cache.
       group = sampler.group_on_mesh(slots, group, dp)
       g_rows = _rows(slots // group, dp)
-      prefix = 0 if aligned and group == 1 else g_rows * p * kv_layer
+      prefix = g_rows * p * kv_layer
+      if aligned and group == 1:
+        prefix //= 2
       response = s_dev * new * kv_layer
       cache = int(c.num_layers * (prefix + max(response, gathered)))
       cache += s_dev * new + g_rows * p
