@@ -232,9 +232,9 @@ def attend(
     impl: a resolved implementation (see `resolve`).
     dtype: the compute dtype.
     prefix_kv: decode only, with mask.prefix_valid: the shared prefix's keys
-      [B/m, G, K, P] and values [B/m, G, P, K]. A cache with a shared prefix
-      (a sampler round's) holds its keys transposed: k_cache is then
-      [B, G, K, S] (see `model.KVCache`).
+      and values [B/m, G, P, K]. A cache with a shared prefix (a sampler
+      round's) holds the prefix's keys, and its own, transposed ([.., K, P],
+      [B, G, K, S]) where `round_keys_transposed` says so.
   """
   if impl == 'decode':
     prefix = None
@@ -248,7 +248,10 @@ def attend(
       mask.kv_valid,
       mask.key_blocks,
       prefix=prefix,
-      keys_transposed=prefix is not None,
+      keys_transposed=prefix is not None
+      and round_keys_transposed(mask.kv_valid.shape[-1]),
+      prefix_keys_transposed=prefix is not None
+      and round_keys_transposed(mask.prefix_valid.shape[-1]),
     )
   k, v = k_cache.astype(dtype), v_cache.astype(dtype)
   if impl == 'dense':
@@ -490,6 +493,20 @@ def decode_block(s: int, cap: int | None = None) -> tuple[int, int]:
   return tk, -(-s // tk)
 
 
+def round_keys_transposed(s: int) -> bool:
+  """Whether a sampler round's cache of S keys holds them transposed, [.., K, S].
+
+  A round's shared prefix (S = P) and its rows' own response cache (S = N)
+  each do when decode reads them whole (at most DECODE_WHOLE_MAX_BLOCKS
+  blocks): scoring a whole [K, S] read, the right operand's layout for a
+  matrix product, takes XLA:CPU's small batched products about half the time
+  of [S, K] (0.69 -> 0.37 ms per layer at B = 64, S = 96). The loop's dynamic
+  slices of transposed keys cost more than they save (the long case's
+  overall tokens/s fell 12%), so longer caches keep [.., S, K].
+  """
+  return decode_block(s)[1] <= DECODE_WHOLE_MAX_BLOCKS
+
+
 def decode_key_blocks(query_index: Array, kv_valid: Array, tk: int) -> Array:
   """int32 [2]: the key blocks [first, end) that hold any visible key.
 
@@ -525,8 +542,8 @@ def _prefix_query_index(prefix_valid: Array, t: int) -> Array:
 class SharedPrefix(NamedTuple):
   """A prompt prefix that groups of m consecutive rows share, read once per group.
 
-  k, v: [B/m, G, P, K] (cache dtype; k is [B/m, G, K, P] when the call's
-  keys are transposed, see `decode_attention`); valid: bool [B/m, P]; key_blocks:
+  k, v: [B/m, G, P, K] (cache dtype; k is [B/m, G, K, P] with
+  `decode_attention`'s prefix_keys_transposed); valid: bool [B/m, P]; key_blocks:
   int32 [2] from `decode_key_blocks` over valid with `decode_block(P)`'s
   block, or None to compute it. Every prefix key precedes every query.
   """
@@ -548,6 +565,7 @@ def decode_attention(
   block_k: int | None = None,
   prefix: SharedPrefix | None = None,
   keys_transposed: bool = False,
+  prefix_keys_transposed: bool = False,
 ) -> Array:
   """Attention over the written blocks only: q [B, T, H, K] -> [B, T, H, K].
 
@@ -566,10 +584,8 @@ def decode_attention(
       head are scored against its prefix in one product, so the prefix is
       read once per group, not once per row, and the per-row cache holds only
       the rows' own tokens.
-    keys_transposed: k is [B, G, K, S] and the prefix's k [B/m, G, K, P]
-      (the layout of a sampler round's cache, `model.KVCache`): the score
-      product then reads keys as a matrix product's right operand [K, S],
-      the layout XLA:CPU's small batched products run fastest on.
+    keys_transposed: k is [B, G, K, S] (see `round_keys_transposed`).
+    prefix_keys_transposed: the prefix's k is [B/m, G, K, P].
 
   Same visibility as dense (key s visible iff s <= query_index and
   kv_valid[s]; with a prefix, every valid prefix key too); keys outside the
@@ -584,7 +600,7 @@ def decode_attention(
   qb = q.reshape(b, t, g, r, kd).transpose(0, 2, 3, 1, 4)  # [B, G, R, T, K]
   carry = _online_init(qb)
   if prefix is not None:
-    carry = _prefix_carry(qb, prefix, block_k, keys_transposed)
+    carry = _prefix_carry(qb, prefix, block_k, prefix_keys_transposed)
   _, total, acc = _decode_loop(
     carry, qb, k, v, query_index, kv_valid, key_blocks, tk, keys_transposed
   )

@@ -103,7 +103,7 @@ class KVCache(NamedTuple):
   """Per-layer keys and values plus which cache slots hold real tokens.
 
   k, v: tuples of L arrays [B, G, S, K] (heads before positions, so the
-  attention dots read the cache without transposing it every step; k is
+  attention dots read the cache without transposing it every step; k may be
   [B, G, K, S] in a cache with a shared prefix, below);
   valid: bool [B, S].
   Cache index order equals sequence order (prompts are left-padded), so
@@ -114,12 +114,11 @@ class KVCache(NamedTuple):
   v: tuple[Array, ...]
   valid: Array
   # A prompt prefix shared by groups of m consecutive rows (the sampler's
-  # slots of one prompt), read before k/v: per-layer keys [B/m, G, K, P],
-  # values [B/m, G, P, K] and bool [B/m, P]. Decode only; k/v/valid then
-  # index the rows' own tokens from 0, and such a cache holds all its keys
-  # transposed (k: [B, G, K, S]): the decode score product reads them as a
-  # matrix product's [K, S] operand, which XLA:CPU's small batched products
-  # run about twice as fast on (see `attention.decode_attention`).
+  # slots of one prompt), read before k/v: per-layer [B/m, G, P, K] and bool
+  # [B/m, P]. Decode only; k/v/valid then index the rows' own tokens from 0.
+  # Such a cache holds the prefix's keys ([B/m, G, K, P]) and its own
+  # ([B, G, K, S]) transposed where `attention.round_keys_transposed` says so
+  # (a cache decode reads whole).
   prefix_k: tuple[Array, ...] = ()
   prefix_v: tuple[Array, ...] = ()
   prefix_valid: Array | None = None
@@ -251,9 +250,10 @@ class Attention(nnx.Module):
       q, k = self.q_norm(q), self.k_norm(k)
     q = apply_rope(q, positions, inv_freq)
     k = apply_rope(k, positions, inv_freq)
-    k_cache, v_cache = write_kv(
-      k_cache, v_cache, k, v, write_index, keys_transposed=prefix_kv is not None
+    keys_t = prefix_kv is not None and attention_lib.round_keys_transposed(
+      mask.kv_valid.shape[-1]
     )
+    k_cache, v_cache = write_kv(k_cache, v_cache, k, v, write_index, keys_t)
 
     out = attention_lib.attend(q, k_cache, v_cache, mask, impl, dt, prefix_kv)
     y = jnp.einsum('bthk,hkd->btd', out, self.o[...].astype(dt))

@@ -19,10 +19,11 @@ The round's cache (`round_cache`): with blockwise decode attention (every
 schedule puts a prompt's M slots side by side, `slot_group`) and each slot
 has its own [S, G, N, K] response cache; a decode step scores a group's
 queries against its prompt's keys in one product, so a prompt's keys are read
-once per group, not once per slot. Both hold their keys transposed
-([.., K, P] and [.., K, N], see `model.KVCache`): the round copies the
-prompt's keys into that layout once, and every decode step's score product
-reads them as a matrix product's right operand. attention='dense' keeps the
+once per group, not once per slot. Each holds its keys transposed
+([.., K, P], [.., K, N]) when decode reads it whole
+(`attention.round_keys_transposed`): the round copies the prompt's keys into
+that layout once, and every decode step's score product reads them as a
+matrix product's right operand. attention='dense' keeps the
 reference layout, a [S, G, P + N, K] cache per slot with the prompt copied in.
 
 Sampling knobs are traced arrays: temperature, top_p and top_k per slot [S],
@@ -63,6 +64,7 @@ import numpy as np
 from flax import nnx
 from jax.sharding import NamedSharding, PartitionSpec
 
+from ada_jax import attention as attention_lib
 from ada_jax import model as model_lib
 from ada_jax import sharding as sharding_lib
 from ada_jax.infra import hlo
@@ -332,7 +334,7 @@ def decode_step(
   Args:
     model: the policy.
     cache: the round's cache, [S, G, P + N, K] per layer, or [S, G, N, K]
-      (keys [S, G, K, N]) after a shared prompt prefix (see `round_cache`).
+      after a shared prompt prefix (keys maybe transposed, see `round_cache`).
     prev: int [S], column i - 1's tokens, written at cache index p + i - 1
       (i - 1 after a shared prefix).
     start_pos: int [S], each slot's prompt length (RoPE position of column 0).
@@ -387,8 +389,9 @@ def round_cache(
   attention='dense': the reference layout, one [S, G, P + N, K] cache per
   slot with its prompt's keys copied in. Otherwise the prompt's keys once per
   group of `group` slots ([S/group, G, P, K], a `SharedPrefix`) and the
-  slots' own empty [S, G, N, K] response cache, keys transposed in both
-  ([.., K, P] and [S, G, K, N]).
+  slots' own empty [S, G, N, K] response cache, each with its keys
+  transposed ([.., K, P], [S, G, K, N]) where
+  `attention.round_keys_transposed` says so.
   """
   s = slot_prompt.shape[0]
   kv_heads = model.config.num_kv_heads
@@ -423,12 +426,20 @@ def round_cache(
         return x
       return jnp.take(x, gidx, axis=0)
 
-    # Keys transposed ([.., K, P] and [.., K, N], see `model_lib.KVCache`):
-    # one copy of each layer's prefix keys per round, read at every step.
-    pk = tuple(_constrain(jnp.swapaxes(prefix_rows(x), 2, 3), shp) for x in pc.k)
+    # Keys read whole are held transposed ([.., K, P], [.., K, N]; see
+    # `model_lib.KVCache`): one copy of each layer's prefix keys per round,
+    # read at every step.
+    p = pc.valid.shape[1]
+
+    def prefix_keys(x):
+      x = prefix_rows(x)
+      return jnp.swapaxes(x, 2, 3) if attention_lib.round_keys_transposed(p) else x
+
+    pk = tuple(_constrain(prefix_keys(x), shp) for x in pc.k)
     pv = tuple(_constrain(prefix_rows(x), shp) for x in pc.v)
     hd, dt = model.config.head_dim, pc.k[0].dtype
-    response_k = _constrain(jnp.zeros((s, kv_heads, hd, n), dt), sh4)
+    k_shape = (hd, n) if attention_lib.round_keys_transposed(n) else (n, hd)
+    response_k = _constrain(jnp.zeros((s, kv_heads, *k_shape), dt), sh4)
     response_v = _constrain(jnp.zeros((s, kv_heads, n, hd), dt), sh4)
     # Every layer's prefix is taken before the empty response caches enter
     # the loop: without the barrier XLA held the all-gathered prompts of all

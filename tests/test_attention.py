@@ -270,6 +270,7 @@ def test_decode_with_shared_prefix_matches_dense_over_the_joined_cache(
       block_k=tk,
       prefix=prefix,
       keys_transposed=keys_transposed,
+      prefix_keys_transposed=keys_transposed,
     )
 
   got = decode(q, rk, rv, rvalid, pk, pv, pvalid)

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from ada_jax import hf, sampler, sharding
+from ada_jax import attention, hf, sampler, sharding
 from ada_jax import model as model_lib
 from ada_jax.infra import compiles
 from tests import hf_fixtures
@@ -207,32 +207,39 @@ def test_prompt_cache_rounds_equal_plain_sample(hf_models):
 
 
 @pytest.mark.parametrize('group', [1, 2])
-def test_round_cache_holds_keys_transposed(hf_models, group):
-  """A round's keys are [.., K, P] / [S, G, K, N] (its values [.., P, K]).
+def test_round_cache_holds_keys_read_whole_transposed(hf_models, group):
+  """Keys that decode reads whole are [.., K, P] / [S, G, K, N]; values [.., P, K].
 
   The prefix keys are the prompt cache's keys of each group's prompt,
-  transposed; the response keys start empty. The rounds' outputs are checked
-  against transformers and `sample` by the tests above.
+  transposed; the response keys start empty; a response of more than
+  DECODE_WHOLE_MAX_BLOCKS blocks (read by the loop) keeps [S, G, N, K]. The
+  rounds' outputs are checked against transformers and `sample` above.
   """
   model = hf.load_model(hf_models['qwen2_tied'][0])
   tokens, mask = _prompts(4)
   pc = sampler.prefill(model, tokens, mask)
   slot_prompt = np.array([2, 2, 5, 5, 1, 1, 3, 3])
-  cache = jax.jit(
-    lambda pc, sp: sampler.round_cache(model, pc, sp, N, group=group)
-  )(pc, slot_prompt)
+  long = attention.DECODE_WHOLE_MAX_BLOCKS * attention.DECODE_BLOCK_K + 1
+  assert attention.round_keys_transposed(tokens.shape[1])
+  assert attention.round_keys_transposed(N)
+  assert not attention.round_keys_transposed(long)
   c = model.config
   own = slot_prompt[::group]
-  for layer in range(c.num_layers):
-    np.testing.assert_array_equal(
-      np.asarray(cache.prefix_k[layer]),
-      np.swapaxes(np.asarray(pc.k[layer])[own], 2, 3),
-    )
-    np.testing.assert_array_equal(
-      np.asarray(cache.prefix_v[layer]), np.asarray(pc.v[layer])[own]
-    )
-    assert cache.k[layer].shape == (8, c.num_kv_heads, c.head_dim, N)
-    assert cache.v[layer].shape == (8, c.num_kv_heads, N, c.head_dim)
+  for n in (N, long):
+    cache = jax.jit(
+      lambda pc, sp, n=n: sampler.round_cache(model, pc, sp, n, group=group)
+    )(pc, slot_prompt)
+    for layer in range(c.num_layers):
+      np.testing.assert_array_equal(
+        np.asarray(cache.prefix_k[layer]),
+        np.swapaxes(np.asarray(pc.k[layer])[own], 2, 3),
+      )
+      np.testing.assert_array_equal(
+        np.asarray(cache.prefix_v[layer]), np.asarray(pc.v[layer])[own]
+      )
+      k_shape = (c.head_dim, n) if n == N else (n, c.head_dim)
+      assert cache.k[layer].shape == (8, c.num_kv_heads, *k_shape)
+      assert cache.v[layer].shape == (8, c.num_kv_heads, n, c.head_dim)
 
 
 def test_no_recompile_when_knobs_or_slots_change(hf_models):

@@ -451,13 +451,14 @@ def plan(
       cache = int(c.num_layers * max(kv, gathered)) + s_dev * tt
     else:
       # The prompt's keys once per group ([S/m, G, P, K]; when aligned the
-      # prompt cache's values themselves and a transposed copy of its keys,
-      # `model.KVCache`), the slots' own [S, G, N, K] response cache.
+      # prompt cache itself, plus a transposed copy of its keys where
+      # `attention.round_keys_transposed`), the slots' own [S, G, N, K]
+      # response cache.
       group = sampler.group_on_mesh(slots, group, dp)
       g_rows = _rows(slots // group, dp)
       prefix = g_rows * p * kv_layer
       if aligned and group == 1:
-        prefix //= 2
+        prefix = prefix // 2 if attention_lib.round_keys_transposed(p) else 0
       response = s_dev * new * kv_layer
       cache = int(c.num_layers * (prefix + max(response, gathered)))
       cache += s_dev * new + g_rows * p
