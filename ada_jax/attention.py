@@ -39,12 +39,13 @@ through `attend`, with an implementation resolved statically by `resolve` from
            recompiles as it grows. A cache of at most
            DECODE_WHOLE_MAX_BLOCKS blocks is read whole, in one step.
            Optionally with a `SharedPrefix`: the sampler's slots of one
-           prompt (m consecutive rows) share its
-           prompt's keys, held once per prompt apart from the slots' own
-           response cache; the group's m·R queries per KV head are scored
-           against them in one product (the prefix is read once per prompt,
-           not once per slot), and the online softmax carries on over the
-           slot's own keys.
+           prompt (m consecutive rows) share its prompt's keys, held once
+           per prompt apart from the slots' own response cache; the group's
+           m·R queries per KV head are scored against them in one product
+           (the prefix is read once per prompt, not once per slot), and the
+           online softmax carries on over the slot's own keys. Such a
+           round's cache holds the keys it reads whole transposed,
+           [.., K, S] (`round_keys_transposed`).
   auto     splash on TPU when S == T and T >= CHUNKED_MIN_T, chunked
            elsewhere for T >= CHUNKED_MIN_T, dense below (short prompts, the
            tiny config's T = 64), decode for T = 1.
