@@ -249,8 +249,7 @@ def attend(
       mask.kv_valid,
       mask.key_blocks,
       prefix=prefix,
-      keys_transposed=prefix is not None
-      and round_keys_transposed(mask.kv_valid.shape[-1]),
+      keys_transposed=cache_keys_transposed(mask.kv_valid, mask.prefix_valid),
       prefix_keys_transposed=prefix is not None
       and round_keys_transposed(mask.prefix_valid.shape[-1]),
     )
@@ -494,6 +493,11 @@ def decode_block(s: int, cap: int | None = None) -> tuple[int, int]:
   return tk, -(-s // tk)
 
 
+def decode_reads_whole(s: int, block_k: int | None = None) -> bool:
+  """Whether decode reads a cache of S keys whole, in one step (no block loop)."""
+  return decode_block(s, block_k)[1] <= DECODE_WHOLE_MAX_BLOCKS
+
+
 def round_keys_transposed(s: int) -> bool:
   """Whether a sampler round's cache of S keys holds them transposed, [.., K, S].
 
@@ -505,7 +509,17 @@ def round_keys_transposed(s: int) -> bool:
   slices of transposed keys cost more than they save (the long case's
   overall tokens/s fell 12%), so longer caches keep [.., S, K].
   """
-  return decode_block(s)[1] <= DECODE_WHOLE_MAX_BLOCKS
+  return decode_reads_whole(s)
+
+
+def cache_keys_transposed(kv_valid: Array, prefix_valid: Array | None) -> bool:
+  """Whether a decode cache's own keys (not its prefix's) are [B, G, K, S].
+
+  The one rule its writer (the model's layer, `model.write_kv`) and its
+  reader (`attend`) share: true for a cache with a shared prefix (a sampler
+  round's) of S keys (kv_valid's length) where `round_keys_transposed(S)`.
+  """
+  return prefix_valid is not None and round_keys_transposed(kv_valid.shape[-1])
 
 
 def decode_key_blocks(query_index: Array, kv_valid: Array, tk: int) -> Array:
@@ -651,7 +665,7 @@ def _decode_loop(carry, qb, k, v, qi, valid, key_blocks, tk: int, keys_t=False):
   s = valid.shape[-1]
   dt = qb.dtype
   k_axis = 3 if keys_t else 2
-  if -(-s // tk) <= DECODE_WHOLE_MAX_BLOCKS:
+  if decode_reads_whole(s, tk):
     # A short cache is read whole in one step: at most one block more than
     # the written ones, and no loop or block copies (on XLA:CPU the loop's
     # iterations cost more than the keys they read).

@@ -250,9 +250,7 @@ class Attention(nnx.Module):
       q, k = self.q_norm(q), self.k_norm(k)
     q = apply_rope(q, positions, inv_freq)
     k = apply_rope(k, positions, inv_freq)
-    keys_t = prefix_kv is not None and attention_lib.round_keys_transposed(
-      mask.kv_valid.shape[-1]
-    )
+    keys_t = attention_lib.cache_keys_transposed(mask.kv_valid, mask.prefix_valid)
     k_cache, v_cache = write_kv(k_cache, v_cache, k, v, write_index, keys_t)
 
     out = attention_lib.attend(q, k_cache, v_cache, mask, impl, dt, prefix_kv)

@@ -562,9 +562,7 @@ def profile_pieces(r: _Round, i: int, repeats: int) -> dict[str, float]:
   @functools.partial(jax.jit, donate_argnums=0)
   def cache_write(cache, new_kv, windex):
     # As the model's layers write.
-    keys_t = cache.prefix_valid is not None and attention_lib.round_keys_transposed(
-      cache.valid.shape[-1]
-    )
+    keys_t = attention_lib.cache_keys_transposed(cache.valid, cache.prefix_valid)
     kv = [
       model_lib.write_kv(kc, vc, new_kv, new_kv, windex, keys_transposed=keys_t)
       for kc, vc in zip(cache.k, cache.v, strict=True)
