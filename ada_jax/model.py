@@ -166,11 +166,29 @@ def rope_inv_freq(config: ModelConfig) -> Array:
   raise ValueError(f'unsupported rope_scaling type {kind!r}')
 
 
-def apply_rope(x: Array, positions: Array, inv_freq: Array) -> Array:
-  """Rotate-half RoPE on x [B, T, H, K] at positions [B, T], in fp32."""
+class RopeTables(NamedTuple):
+  """RoPE's cos and sin at a call's positions, fp32 [B, T, 1, K/2] each."""
+
+  cos: Array
+  sin: Array
+
+
+def rope_tables(positions: Array, inv_freq: Array) -> RopeTables:
+  """The RoPE angles of one model call: cos / sin of positions [B, T] x inv_freq.
+
+  Every layer's q and k rotate by the same angles, so a call makes them once
+  (or takes them made: `Transformer.__call__`'s rope). Within one XLA
+  computation the compiler may still fuse the cos / sin into each rotation,
+  per head; the sampler's decode loop makes the next step's tables in the
+  step before, so they reach the step as loop state (see `sampler`).
+  """
   angles = positions.astype(jnp.float32)[..., None] * inv_freq  # [B, T, K/2]
-  cos = jnp.cos(angles)[:, :, None, :]
-  sin = jnp.sin(angles)[:, :, None, :]
+  return RopeTables(jnp.cos(angles)[:, :, None, :], jnp.sin(angles)[:, :, None, :])
+
+
+def apply_rope(x: Array, rope: RopeTables) -> Array:
+  """Rotate-half RoPE on x [B, T, H, K] by `rope_tables`' angles, in fp32."""
+  cos, sin = rope
   xf = x.astype(jnp.float32)
   x1, x2 = jnp.split(xf, 2, axis=-1)
   out = jnp.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=-1)
@@ -228,8 +246,7 @@ class Attention(nnx.Module):
   def __call__(
     self,
     x: Array,
-    positions: Array,
-    inv_freq: Array,
+    rope: RopeTables,
     mask: attention_lib.AttentionMask,
     k_cache: Array,
     v_cache: Array,
@@ -248,8 +265,8 @@ class Attention(nnx.Module):
       v = v + self.v_bias[...].astype(dt)
     if c.qk_norm:
       q, k = self.q_norm(q), self.k_norm(k)
-    q = apply_rope(q, positions, inv_freq)
-    k = apply_rope(k, positions, inv_freq)
+    q = apply_rope(q, rope)
+    k = apply_rope(k, rope)
     keys_t = attention_lib.cache_keys_transposed(mask.kv_valid, mask.prefix_valid)
     k_cache, v_cache = write_kv(k_cache, v_cache, k, v, write_index, keys_t)
 
@@ -332,8 +349,7 @@ class Block(nnx.Module):
   def __call__(
     self,
     x: Array,
-    positions: Array,
-    inv_freq: Array,
+    rope: RopeTables,
     mask: attention_lib.AttentionMask,
     k_cache: Array,
     v_cache: Array,
@@ -343,8 +359,7 @@ class Block(nnx.Module):
   ) -> tuple[Array, Array, Array]:
     y, k_cache, v_cache = self.attn(
       self.attn_norm(x),
-      positions,
-      inv_freq,
+      rope,
       mask,
       k_cache,
       v_cache,
@@ -361,7 +376,7 @@ def _remat_block(layer: Block, impl: str, *args: Any) -> tuple[Array, Array, Arr
   """Runs `layer` under jax.checkpoint, saving nothing inside it.
 
   The backward keeps only the block's inputs (x [B, T, D] and what the layers
-  share: positions, mask, params) and recomputes the block, attention's
+  share: RoPE tables, mask, params) and recomputes the block, attention's
   forward included. Values and gradients are those of the plain call.
 
   The recomputation is kept apart from the forward by jax.checkpoint's
@@ -407,6 +422,7 @@ class Transformer(nnx.Module):
     token_mask: Array,
     *,
     return_hidden: bool = False,
+    rope: RopeTables | None = None,
   ) -> tuple[Array, KVCache]:
     """Runs T new tokens through the model, reading and writing the cache.
 
@@ -419,6 +435,9 @@ class Transformer(nnx.Module):
       write_index: scalar or int [B], cache index of tokens[:, 0].
       token_mask: [B, T] 1 on real tokens (written into cache validity).
       return_hidden: return the final hidden states [B, T, D] instead of logits.
+      rope: `rope_tables(positions, rope_inv_freq(config))`, made by the
+        caller (the sampler's decode loop, see `rope_tables`); default: made
+        here.
 
     Returns:
       (fp32 logits [B, T, V] or hidden [B, T, D], updated cache).
@@ -439,12 +458,13 @@ class Transformer(nnx.Module):
     query_index = start + jnp.arange(t, dtype=jnp.int32)[None, :]
     query_index = jnp.broadcast_to(query_index, (b, t))
     mask = attention_lib.make_mask(query_index, valid, impl, cache.prefix_valid)
-    inv_freq = rope_inv_freq(c)
+    if rope is None:
+      rope = rope_tables(positions, rope_inv_freq(c))
 
     x = jnp.take(self.embed[...], tokens, axis=0).astype(c.dtype)
     new_k, new_v = [], []
     for i, layer in enumerate(self.layers):
-      args = (x, positions, inv_freq, mask, cache.k[i], cache.v[i], write_index)
+      args = (x, rope, mask, cache.k[i], cache.v[i], write_index)
       if c.remat == 'block' and t > 1:
         x, k_i, v_i = _remat_block(layer, impl, *args)
       else:
@@ -494,8 +514,7 @@ class Transformer(nnx.Module):
     valid = mask.astype(jnp.bool_)
     query_index = jnp.broadcast_to(jnp.arange(t, dtype=jnp.int32)[None, :], (b, t))
     attn_mask = attention_lib.make_mask(query_index, valid, impl)
-    positions = positions_from_mask(mask)
-    inv_freq = rope_inv_freq(c)
+    rope = rope_tables(positions_from_mask(mask), rope_inv_freq(c))
     graphdef, _ = nnx.split(self.layers[0])
     stacked = jax.tree.map(
       lambda *xs: jnp.stack(xs), *(nnx.state(layer) for layer in self.layers)
@@ -506,9 +525,7 @@ class Transformer(nnx.Module):
     def body(x, state):
       empty = jnp.zeros(kv_shape, c.dtype)  # The block writes its own K/V here.
       layer = nnx.merge(graphdef, state)
-      x, _, _ = layer(
-        x, positions, inv_freq, attn_mask, empty, empty, jnp.int32(0), impl
-      )
+      x, _, _ = layer(x, rope, attn_mask, empty, empty, jnp.int32(0), impl)
       return x, None
 
     x = jnp.take(self.embed[...], tokens, axis=0).astype(c.dtype)

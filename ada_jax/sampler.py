@@ -325,6 +325,7 @@ def decode_step(
   top_p: Array,
   top_k: Array,
   filter_logits: bool = True,
+  rope: model_lib.RopeTables | None = None,
 ) -> tuple[Array, Array, model_lib.KVCache]:
   """Decode step i >= 1: the model on the previous tokens, then column i's tokens.
 
@@ -345,6 +346,8 @@ def decode_step(
     top_p: fp32 [S].
     top_k: int [S].
     filter_logits: static, see `_choose`.
+    rope: `step_rope(model, start_pos, i)`, made before the step (the loop
+      makes it in the step before); default: made in the step.
 
   Returns:
     (tokens [S], fp32 logprobs [S], the cache with column i - 1 written).
@@ -358,9 +361,24 @@ def decode_step(
     cache,
     offset + i - 1,
     jnp.ones((s, 1), jnp.int32),
+    rope=rope,
   )
   tok, lp = next_token(logits[:, 0], rng, i, temperature, top_p, top_k, filter_logits)
   return tok, lp, cache
+
+
+def step_rope(
+  model: model_lib.Transformer, start_pos: Array, i: Array | int
+) -> model_lib.RopeTables:
+  """RoPE tables [S, 1, 1, K/2] of decode step i (its input at start_pos + i - 1).
+
+  The decode loop makes step i + 1's tables in step i and carries them: made
+  inside the step that reads them, XLA:CPU fused the cos / sin into every
+  layer's q and k rotation and computed them per head (about a tenth of an
+  RL round's step); carried, they reach the step as a buffer.
+  """
+  positions = (start_pos + i - 1)[:, None]
+  return model_lib.rope_tables(positions, model_lib.rope_inv_freq(model.config))
 
 
 def _slot_rows(x: Array, slot_prompt: Array, aligned: bool) -> Array:
@@ -514,11 +532,18 @@ def _round_jit(
   done = ~live | is_eos(tok0)
 
   def cond(carry):
-    i, _, _, _, _, done, _ = carry
+    i, _, _, _, _, done, _, _ = carry
     return (i < n) & ~jnp.all(done)
 
+  sh_rope = _rows_sharding(mesh, s, 4)
+
+  def rope_at(i):
+    return model_lib.RopeTables(
+      *(_constrain(x, sh_rope) for x in step_rope(model, start_pos, i))
+    )
+
   def body(carry):
-    i, cache, tokens, logps, mask, done, prev = carry
+    i, cache, tokens, logps, mask, done, prev, rope = carry
     tok, lp, cache = decode_step(
       model,
       cache,
@@ -531,6 +556,7 @@ def _round_jit(
       top_p,
       top_k,
       filter_logits,
+      rope,
     )
     alive = ~done
     tok = jnp.where(alive, tok, 0)
@@ -548,10 +574,10 @@ def _round_jit(
       valid=_constrain(cache.valid, sh2),
     )
     tokens, logps, mask = (_constrain(x, sh2) for x in (tokens, logps, mask))
-    return i + 1, cache, tokens, logps, mask, done, tok
+    return i + 1, cache, tokens, logps, mask, done, tok, rope_at(i + 1)
 
-  carry = (jnp.int32(1), cache, tokens, logps, mask, done, tok0)
-  _, _, tokens, logps, mask, _, _ = jax.lax.while_loop(cond, body, carry)
+  carry = (jnp.int32(1), cache, tokens, logps, mask, done, tok0, rope_at(1))
+  _, _, tokens, logps, mask, _, _, _ = jax.lax.while_loop(cond, body, carry)
   tokens = _constrain(tokens * mask, sh2)
   logps = _constrain(logps * mask, sh2)
   lengths = jnp.sum(mask, axis=-1).astype(jnp.int32)

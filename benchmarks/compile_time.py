@@ -124,11 +124,12 @@ def _scan_forward(model: model_lib.Transformer, tokens, mask, remat: bool):
   c = model.config
   b, t = tokens.shape
   impl = attention_lib.resolve('dense', t, t)
-  positions = model_lib.positions_from_mask(mask)
   valid = mask.astype(jnp.bool_)
   query_index = jnp.broadcast_to(jnp.arange(t, dtype=jnp.int32)[None], (b, t))
   attn_mask = attention_lib.make_mask(query_index, valid, impl)
-  inv_freq = model_lib.rope_inv_freq(c)
+  rope = model_lib.rope_tables(
+    model_lib.positions_from_mask(mask), model_lib.rope_inv_freq(c)
+  )
   cache = model_lib.init_cache(c, b, t)
   graphdef, _ = nnx.split(model.layers[0])
   states = [nnx.split(layer)[1] for layer in model.layers]
@@ -136,9 +137,7 @@ def _scan_forward(model: model_lib.Transformer, tokens, mask, remat: bool):
 
   def body(x, state):
     layer = nnx.merge(graphdef, state)
-    x, _, _ = layer(
-      x, positions, inv_freq, attn_mask, cache.k[0], cache.v[0], jnp.int32(0), impl
-    )
+    x, _, _ = layer(x, rope, attn_mask, cache.k[0], cache.v[0], jnp.int32(0), impl)
     return x, None
 
   if remat:

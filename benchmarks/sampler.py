@@ -518,7 +518,7 @@ def profile_pieces(r: _Round, i: int, repeats: int) -> dict[str, float]:
   @jax.jit
   def proj_mlp(state, x, positions):
     m = nnx.merge(graphdef, state)
-    inv_freq = model_lib.rope_inv_freq(c)
+    rope = model_lib.rope_tables(positions, model_lib.rope_inv_freq(c))
     kvs = []
     for layer in m.layers:
       a = layer.attn
@@ -532,8 +532,8 @@ def profile_pieces(r: _Round, i: int, repeats: int) -> dict[str, float]:
         vh = vh + a.v_bias[...].astype(dt)
       if c.qk_norm:
         qh, kh = a.q_norm(qh), a.k_norm(kh)
-      qh = model_lib.apply_rope(qh, positions, inv_freq)
-      kvs.append((model_lib.apply_rope(kh, positions, inv_freq), vh))
+      qh = model_lib.apply_rope(qh, rope)
+      kvs.append((model_lib.apply_rope(kh, rope), vh))
       y = jnp.einsum('bthk,hkd->btd', qh, a.o[...].astype(dt))
       if c.o_bias:
         y = y + a.o_bias[...].astype(dt)

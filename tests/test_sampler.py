@@ -242,6 +242,55 @@ def test_round_cache_holds_keys_read_whole_transposed(hf_models, group):
       assert cache.v[layer].shape == (8, c.num_kv_heads, n, c.head_dim)
 
 
+def test_decode_round_makes_rope_tables_once_per_step(hf_models):
+  """The round's compiled HLO has one cos (and one sin) in the loop and one before.
+
+  The loop carries the next step's RoPE tables (`sampler.step_rope`); made
+  inside the step, XLA:CPU fused a cos and a sin into each of the layers' q
+  and k rotations (3 per layer in a grouped round: the prefix's and the
+  response's q, and k).
+  """
+  model = hf.load_model(hf_models['qwen2_tied'][0])
+  assert model.config.num_layers >= 2
+  hlo = sampler.decode_round_hlo(
+    model, slots=8, prompts=4, prompt_len=9, max_new_tokens=N
+  )
+  assert hlo.count(' cosine(') == 2, hlo.count(' cosine(')
+  assert hlo.count(' sine(') == 2, hlo.count(' sine(')
+
+
+def test_decode_step_with_carried_rope_equals_its_own(hf_models):
+  """decode_step given step_rope's tables equals decode_step making them."""
+  model = hf.load_model(hf_models['qwen2_tied'][0])
+  tokens, mask = _prompts(6)
+  pc = sampler.prefill(model, tokens, mask)
+  slot_prompt = np.arange(6)
+  knobs = (jnp.ones(6), jnp.ones(6), jnp.zeros(6, jnp.int32))
+  outs = []
+  for carried in (False, True):
+    cache = jax.jit(lambda pc, sp: sampler.round_cache(model, pc, sp, N))(
+      pc, slot_prompt
+    )
+    prev = jnp.asarray(tokens[:, -1])
+    i = jnp.int32(3)
+    rope = sampler.step_rope(model, pc.lengths, i) if carried else None
+    tok, lp, _ = sampler.decode_step(
+      model,
+      cache,
+      prev,
+      pc.lengths,
+      i,
+      tokens.shape[1],
+      jax.random.key(0),
+      *knobs,
+      filter_logits=False,
+      rope=rope,
+    )
+    outs.append((np.asarray(tok), np.asarray(lp)))
+  np.testing.assert_array_equal(outs[0][0], outs[1][0])
+  np.testing.assert_allclose(outs[0][1], outs[1][1], rtol=1e-6, atol=1e-6)
+
+
 def test_no_recompile_when_knobs_or_slots_change(hf_models):
   model = hf.load_model(hf_models['qwen3'][0])
   tokens, mask = _prompts(5)
