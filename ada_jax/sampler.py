@@ -25,6 +25,8 @@ once per group, not once per slot. Each holds its keys transposed
 that layout once, and every decode step's score product reads them as a
 matrix product's right operand. attention='dense' keeps the
 reference layout, a [S, G, P + N, K] cache per slot with the prompt copied in.
+The loop also carries the next step's RoPE tables (`step_rope`, made in the
+step before), so every layer of a step rotates by one cos / sin table.
 
 Sampling knobs are traced arrays: temperature, top_p and top_k per slot [S],
 EOS ids padded to MAX_EOS_IDS. Changing them, or the slot assignment, never
