@@ -42,10 +42,11 @@ through `attend`, with an implementation resolved statically by `resolve` from
            prompt (m consecutive rows) share its prompt's keys, held once
            per prompt apart from the slots' own response cache; the group's
            m·R queries per KV head are scored against them in one product
-           (the prefix is read once per prompt, not once per slot), and the
-           online softmax carries on over the slot's own keys. Such a
-           round's cache holds the keys it reads whole transposed,
-           [.., K, S] (`round_keys_transposed`).
+           (the prefix is read once per prompt, not once per slot, and
+           whole: every prefix key precedes every query), and the online
+           softmax carries on over the slot's own keys. Such a round's
+           cache holds the keys it reads whole transposed, [.., K, S]: the
+           prefix's always, its own where `round_keys_transposed`.
   auto     splash on TPU when S == T and T >= CHUNKED_MIN_T, chunked
            elsewhere for T >= CHUNKED_MIN_T, dense below (short prompts, the
            tiny config's T = 64), decode for T = 1.
@@ -133,7 +134,6 @@ class AttentionMask(NamedTuple):
   prefix_valid: bool [B/m, P] (decode with a shared prefix, else None): which
     positions of each group's prompt prefix hold real tokens (see
     `decode_attention`).
-  prefix_blocks: int32 [2]: the prefix's key blocks [first, end).
   """
 
   query_index: Array
@@ -141,7 +141,6 @@ class AttentionMask(NamedTuple):
   dense: Array | None = None
   key_blocks: Array | None = None
   prefix_valid: Array | None = None
-  prefix_blocks: Array | None = None
 
 
 def resolve(attention: str, t: int, s: int, backend: str | None = None) -> str:
@@ -186,16 +185,11 @@ def make_mask(
   if prefix_valid is not None and impl != 'decode':
     raise ValueError(f'a shared prompt prefix needs decode attention, got {impl!r}')
   dense = dense_mask(query_index, kv_valid) if impl == 'dense' else None
-  blocks = prefix_blocks = None
+  blocks = None
   if impl == 'decode':
     tk, _ = decode_block(kv_valid.shape[-1])
     blocks = decode_key_blocks(query_index, kv_valid, tk)
-  if prefix_valid is not None:
-    ptk, _ = decode_block(prefix_valid.shape[-1])
-    prefix_blocks = prefix_key_blocks(prefix_valid, ptk)
-  return AttentionMask(
-    query_index, kv_valid, dense, blocks, prefix_valid, prefix_blocks
-  )
+  return AttentionMask(query_index, kv_valid, dense, blocks, prefix_valid)
 
 
 def dense_mask(query_index: Array, kv_valid: Array) -> Array:
@@ -233,14 +227,15 @@ def attend(
     impl: a resolved implementation (see `resolve`).
     dtype: the compute dtype.
     prefix_kv: decode only, with mask.prefix_valid: the shared prefix's keys
-      and values [B/m, G, P, K]. A cache with a shared prefix (a sampler
-      round's) holds the prefix's keys, and its own, transposed ([.., K, P],
-      [B, G, K, S]) where `round_keys_transposed` says so.
+      [B/m, G, K, P] (transposed: a prefix is read whole) and values
+      [B/m, G, P, K]. A cache with a shared prefix (a sampler round's) holds
+      its own keys transposed, [B, G, K, S], where `round_keys_transposed`
+      says so.
   """
   if impl == 'decode':
     prefix = None
     if prefix_kv is not None:
-      prefix = SharedPrefix(*prefix_kv, mask.prefix_valid, mask.prefix_blocks)
+      prefix = SharedPrefix(*prefix_kv, mask.prefix_valid)
     return decode_attention(
       q,
       k_cache,
@@ -250,8 +245,7 @@ def attend(
       mask.key_blocks,
       prefix=prefix,
       keys_transposed=cache_keys_transposed(mask.kv_valid, mask.prefix_valid),
-      prefix_keys_transposed=prefix is not None
-      and round_keys_transposed(mask.prefix_valid.shape[-1]),
+      prefix_keys_transposed=True,
     )
   k, v = k_cache.astype(dtype), v_cache.astype(dtype)
   if impl == 'dense':
@@ -499,15 +493,16 @@ def decode_reads_whole(s: int, block_k: int | None = None) -> bool:
 
 
 def round_keys_transposed(s: int) -> bool:
-  """Whether a sampler round's cache of S keys holds them transposed, [.., K, S].
+  """Whether a sampler round's own cache of S keys holds them transposed, [.., K, S].
 
-  A round's shared prefix (S = P) and its rows' own response cache (S = N)
-  each do when decode reads them whole (at most DECODE_WHOLE_MAX_BLOCKS
-  blocks): scoring a whole [K, S] read, the right operand's layout for a
-  matrix product, takes XLA:CPU's small batched products about half the time
-  of [S, K] (0.69 -> 0.37 ms per layer at B = 64, S = 96). The loop's dynamic
-  slices of transposed keys cost more than they save (the long case's
-  overall tokens/s fell 12%), so longer caches keep [.., S, K].
+  The rows' own response cache (S = N) does when decode reads it whole (at
+  most DECODE_WHOLE_MAX_BLOCKS blocks): scoring a whole [K, S] read, the
+  right operand's layout for a matrix product, takes XLA:CPU's small batched
+  products about half the time of [S, K] (0.69 -> 0.37 ms per layer at
+  B = 64, S = 96). The loop's dynamic slices of transposed keys cost more
+  than they save (the long case's overall tokens/s fell 12%), so longer
+  caches keep [.., S, K]. A round's shared prefix is always read whole and
+  held transposed (see `SharedPrefix`).
   """
   return decode_reads_whole(s)
 
@@ -540,14 +535,6 @@ def decode_key_blocks(query_index: Array, kv_valid: Array, tk: int) -> Array:
   return jnp.stack([first, end]).astype(jnp.int32)
 
 
-def prefix_key_blocks(prefix_valid: Array, tk: int) -> Array:
-  """int32 [2]: the key blocks [first, end) of a shared prefix bool [B/m, P].
-
-  Every prefix key precedes every query, so the loop runs to the last block.
-  """
-  return decode_key_blocks(_prefix_query_index(prefix_valid, 1), prefix_valid, tk)
-
-
 def _prefix_query_index(prefix_valid: Array, t: int) -> Array:
   """A query index int [B/m, T] after the whole prefix: it sees every key."""
   n, p = prefix_valid.shape
@@ -558,15 +545,21 @@ class SharedPrefix(NamedTuple):
   """A prompt prefix that groups of m consecutive rows share, read once per group.
 
   k, v: [B/m, G, P, K] (cache dtype; k is [B/m, G, K, P] with
-  `decode_attention`'s prefix_keys_transposed); valid: bool [B/m, P]; key_blocks:
-  int32 [2] from `decode_key_blocks` over valid with `decode_block(P)`'s
-  block, or None to compute it. Every prefix key precedes every query.
+  `decode_attention`'s prefix_keys_transposed); valid: bool [B/m, P].
+
+  Every prefix key precedes every query, so decode reads the prefix whole,
+  in one step: a block loop would read every block from the longest
+  prompt's first one anyway, and on XLA:CPU its iterations and block copies
+  cost more than the left padding it skips. Whole and transposed against
+  the loop over [.., P, K] blocks of 64, one layer, prefix and a short
+  response (ms): 64 rows, P = 256: 0.90-1.11 vs 1.72-2.72; 512 slots in
+  groups of 8, P = 256: 3.88-4.20 vs 5.58-5.75; P = 1024: 4.36-4.92 vs
+  6.78-7.75 (64 rows) and 10.74-11.14 vs 12.88-17.75 (512 slots).
   """
 
   k: Array
   v: Array
   valid: Array
-  key_blocks: Array | None = None
 
 
 def decode_attention(
@@ -596,9 +589,9 @@ def decode_attention(
     prefix: keys before the rows' own k/v that groups of m = B / (B/m)
       consecutive rows share (the sampler's slots of one prompt): the
       attention is over prefix keys, then k/v. Each group's m·R queries per KV
-      head are scored against its prefix in one product, so the prefix is
-      read once per group, not once per row, and the per-row cache holds only
-      the rows' own tokens.
+      head are scored against its whole prefix in one product, so the prefix
+      is read once per group, not once per row, and the per-row cache holds
+      only the rows' own tokens.
     keys_transposed: k is [B, G, K, S] (see `round_keys_transposed`).
     prefix_keys_transposed: the prefix's k is [B/m, G, K, P].
 
@@ -615,7 +608,7 @@ def decode_attention(
   qb = q.reshape(b, t, g, r, kd).transpose(0, 2, 3, 1, 4)  # [B, G, R, T, K]
   carry = _online_init(qb)
   if prefix is not None:
-    carry = _prefix_carry(qb, prefix, block_k, prefix_keys_transposed)
+    carry = _prefix_carry(qb, prefix, prefix_keys_transposed)
   _, total, acc = _decode_loop(
     carry, qb, k, v, query_index, kv_valid, key_blocks, tk, keys_transposed
   )
@@ -623,19 +616,13 @@ def decode_attention(
   return out.transpose(0, 3, 1, 2, 4).reshape(b, t, h, kd)
 
 
-def _prefix_carry(
-  qb: Array, prefix: SharedPrefix, block_k: int | None, keys_t: bool = False
-):
-  """The online-softmax carry of qb [B, G, R, T, K] after its groups' prefix."""
+def _prefix_carry(qb: Array, prefix: SharedPrefix, keys_t: bool = False):
+  """The online-softmax carry of qb [B, G, R, T, K] after its groups' whole prefix."""
   b, g, r, t, kd = qb.shape
-  n, p = prefix.valid.shape
+  n = prefix.valid.shape[0]
   m = b // n
   if n * m != b:
     raise ValueError(f'{b} rows do not split into groups of {n} prefixes')
-  ptk, _ = decode_block(p, block_k)
-  blocks = prefix.key_blocks
-  if blocks is None:
-    blocks = prefix_key_blocks(prefix.valid, ptk)
   # Group m rows' queries as m·R query rows of one prefix: [B/m, G, m·R, T, K].
   qg = (
     qb.reshape(n, m, g, r, t, kd)
@@ -643,9 +630,9 @@ def _prefix_carry(
     .reshape(n, g, m * r, t, kd)
   )
   qi = _prefix_query_index(prefix.valid, t)
-  carry = _decode_loop(
-    _online_init(qg), qg, prefix.k, prefix.v, qi, prefix.valid, blocks, ptk, keys_t
-  )
+  dt = qg.dtype
+  scores, _ = _block_scores(qg, prefix.k.astype(dt), qi, prefix.valid, 0, keys_t)
+  carry = _online_step(_online_init(qg), scores, prefix.v.astype(dt), dt)
 
   def ungroup(x):  # [B/m, G, m·R, T, ...] -> [B, G, R, T, ...]
     x = x.reshape(n, g, m, r, *x.shape[3:])

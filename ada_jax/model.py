@@ -116,9 +116,9 @@ class KVCache(NamedTuple):
   # A prompt prefix shared by groups of m consecutive rows (the sampler's
   # slots of one prompt), read before k/v: per-layer [B/m, G, P, K] and bool
   # [B/m, P]. Decode only; k/v/valid then index the rows' own tokens from 0.
-  # Such a cache holds the prefix's keys ([B/m, G, K, P]) and its own
-  # ([B, G, K, S]) transposed where `attention.round_keys_transposed` says so
-  # (a cache decode reads whole).
+  # Such a cache holds the prefix's keys transposed ([B/m, G, K, P]: decode
+  # reads a prefix whole), and its own ([B, G, K, S]) where
+  # `attention.round_keys_transposed` says so (a cache decode reads whole).
   prefix_k: tuple[Array, ...] = ()
   prefix_v: tuple[Array, ...] = ()
   prefix_valid: Array | None = None

@@ -19,11 +19,11 @@ The round's cache (`round_cache`): with blockwise decode attention (every
 schedule puts a prompt's M slots side by side, `slot_group`) and each slot
 has its own [S, G, N, K] response cache; a decode step scores a group's
 queries against its prompt's keys in one product, so a prompt's keys are read
-once per group, not once per slot. Each holds its keys transposed
-([.., K, P], [.., K, N]) when decode reads it whole
-(`attention.round_keys_transposed`): the round copies the prompt's keys into
-that layout once, and every decode step's score product reads them as a
-matrix product's right operand. attention='dense' keeps the
+once per group, not once per slot, and whole. Each holds its keys
+transposed when decode reads it whole: the prefix always ([.., K, P]), the
+response cache where `attention.round_keys_transposed` ([.., K, N]). The
+round copies the prompt's keys into that layout once, and every decode
+step's score product reads them as a matrix product's right operand. attention='dense' keeps the
 reference layout, a [S, G, P + N, K] cache per slot with the prompt copied in.
 The loop also carries the next step's RoPE tables (`step_rope`, made in the
 step before), so every layer of a step rotates by one cos / sin table.
@@ -409,9 +409,9 @@ def round_cache(
   attention='dense': the reference layout, one [S, G, P + N, K] cache per
   slot with its prompt's keys copied in. Otherwise the prompt's keys once per
   group of `group` slots ([S/group, G, P, K], a `SharedPrefix`) and the
-  slots' own empty [S, G, N, K] response cache, each with its keys
-  transposed ([.., K, P], [S, G, K, N]) where
-  `attention.round_keys_transposed` says so.
+  slots' own empty [S, G, N, K] response cache, the prefix's keys
+  transposed ([.., K, P]: decode reads a prefix whole) and the response's
+  ([S, G, K, N]) where `attention.round_keys_transposed` says so.
   """
   s = slot_prompt.shape[0]
   kv_heads = model.config.num_kv_heads
@@ -448,14 +448,8 @@ def round_cache(
 
     # Keys read whole are held transposed ([.., K, P], [.., K, N]; see
     # `model_lib.KVCache`): one copy of each layer's prefix keys per round,
-    # read at every step.
-    p = pc.valid.shape[1]
-
-    def prefix_keys(x):
-      x = prefix_rows(x)
-      return jnp.swapaxes(x, 2, 3) if attention_lib.round_keys_transposed(p) else x
-
-    pk = tuple(_constrain(prefix_keys(x), shp) for x in pc.k)
+    # read whole at every step.
+    pk = tuple(_constrain(jnp.swapaxes(prefix_rows(x), 2, 3), shp) for x in pc.k)
     pv = tuple(_constrain(prefix_rows(x), shp) for x in pc.v)
     hd, dt = model.config.head_dim, pc.k[0].dtype
     k_shape = (hd, n) if attention_lib.round_keys_transposed(n) else (n, hd)

@@ -211,7 +211,8 @@ def test_round_cache_holds_keys_read_whole_transposed(hf_models, group):
   """Keys that decode reads whole are [.., K, P] / [S, G, K, N]; values [.., P, K].
 
   The prefix keys are the prompt cache's keys of each group's prompt,
-  transposed; the response keys start empty; a response of more than
+  transposed (a prefix is read whole at any length); the response keys start
+  empty; a response of more than
   DECODE_WHOLE_MAX_BLOCKS blocks (read by the loop) keeps [S, G, N, K]. The
   rounds' outputs are checked against transformers and `sample` above.
   """
@@ -220,7 +221,6 @@ def test_round_cache_holds_keys_read_whole_transposed(hf_models, group):
   pc = sampler.prefill(model, tokens, mask)
   slot_prompt = np.array([2, 2, 5, 5, 1, 1, 3, 3])
   long = attention.DECODE_WHOLE_MAX_BLOCKS * attention.DECODE_BLOCK_K + 1
-  assert attention.round_keys_transposed(tokens.shape[1])
   assert attention.round_keys_transposed(N)
   assert not attention.round_keys_transposed(long)
   c = model.config
@@ -240,6 +240,43 @@ def test_round_cache_holds_keys_read_whole_transposed(hf_models, group):
       k_shape = (c.head_dim, n) if n == N else (n, c.head_dim)
       assert cache.k[layer].shape == (8, c.num_kv_heads, *k_shape)
       assert cache.v[layer].shape == (8, c.num_kv_heads, n, c.head_dim)
+
+
+@pytest.mark.parametrize('group', [1, 2])
+def test_long_round_equals_full_forward(hf_models, group):
+  """A prompt of 3 key blocks, read whole, and a response of 3, read by the loop.
+
+  P = N = 3 * DECODE_BLOCK_K, ragged prompts (the longest starts in block
+  1): each slot's prefix is scored whole from the round's transposed copy,
+  and its own [S, G, N, K] response cache block by block up to the current
+  one. The oracle is the full forward over prompt and response (dense
+  attention): every drawn token's log-prob equals it.
+  """
+  tk = attention.DECODE_BLOCK_K
+  p = n = 3 * tk
+  assert not attention.round_keys_transposed(n)
+  model = hf.load_model(hf_models['qwen2_tied'][0])
+  tokens, mask = hf_fixtures.left_padded_batch(
+    np.random.RandomState(5), [p - tk - 3, 40, 2 * tk - 1], p
+  )
+  cache = sampler.prefill(model, tokens, mask)
+  slot_prompt = np.repeat(np.arange(3), group).astype(np.int32)
+  r = sampler.sample_round(
+    model,
+    cache,
+    slot_prompt,
+    max_new_tokens=n,
+    rng=jax.random.key(4),
+    temperature=0.7,
+    group=group,
+  )
+  full = np.concatenate([tokens[slot_prompt], np.asarray(r.tokens)], 1)
+  fmask = np.concatenate([mask[slot_prompt], np.asarray(r.mask)], 1)
+  logits = np.asarray(model_lib.logits(model, full, fmask))[:, p - 1 : -1]
+  logp = np.asarray(jax.nn.log_softmax(logits / 0.7, axis=-1))
+  ref = np.take_along_axis(logp, np.asarray(r.tokens)[..., None], -1)[..., 0]
+  assert np.asarray(r.mask).all()
+  assert np.abs(ref - np.asarray(r.logprobs)).max() <= 1e-4
 
 
 def test_decode_round_makes_rope_tables_once_per_step(hf_models):

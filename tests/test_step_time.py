@@ -69,10 +69,11 @@ def test_decode_reads_the_written_blocks():
   keys = sum(step_time.decode_reads(1024, 2048))
   assert keys == pytest.approx(1024 + 2048 / 2 + 32, abs=1)
   assert sum(step_time.decode_reads(1024, 2048, 'dense')) == 3072
-  # The prompt's buffer in whole blocks (two of 64 for P=100, the last one
-  # clamped), the response's blocks (one of 28 for N=28) up to the position's.
-  assert step_time.decode_reads(100, 28) == (128, 28)
-  assert step_time.decode_reads(100, 130) == (128, (64 * 64 + 128 * 64 + 192 * 2) / 130)
+  # The prompt's buffer whole (P=100: a prefix is read whole), the
+  # response's blocks (one of 28 for N=28; of 64 for N=130, the last one
+  # clamped) up to the position's.
+  assert step_time.decode_reads(100, 28) == (100, 28)
+  assert step_time.decode_reads(100, 130) == (100, (64 * 64 + 128 * 64 + 192 * 2) / 130)
   assert step_time.decode_reads(100, 28, 'dense') == (0, 128)
   blockwise = _phases()['sampling rounds']
   dense = _phases(attention='dense')['sampling rounds']

@@ -451,26 +451,26 @@ def plan(
       cache = int(c.num_layers * max(kv, gathered)) + s_dev * tt
     else:
       # The prompt's keys once per group ([S/m, G, P, K]; when aligned the
-      # prompt cache itself, plus a transposed copy of its keys where
-      # `attention.round_keys_transposed`), the slots' own [S, G, N, K]
-      # response cache.
+      # prompt cache itself, plus a transposed copy of its keys: decode
+      # reads a prefix whole), the slots' own [S, G, N, K] response cache.
       group = sampler.group_on_mesh(slots, group, dp)
       g_rows = _rows(slots // group, dp)
       prefix = g_rows * p * kv_layer
       if aligned and group == 1:
-        prefix = prefix // 2 if attention_lib.round_keys_transposed(p) else 0
+        prefix = prefix // 2
       response = s_dev * new * kv_layer
       cache = int(c.num_layers * (prefix + max(response, gathered)))
       cache += s_dev * new + g_rows * p
     # [S, V] first-token logits, per-token fp32 scores [S, h, 1, T] (dense)
-    # or [S, h, 1, tk] and the K/V block [S, g, tk, K] of the decode loop,
+    # or those of the whole prefix [S, h, 1, P] (the larger of them and the
+    # response loop's [S, h, 1, tk]) and the loop's K/V block [S, g, tk, K],
     # logits [S, V], the outputs [S, N].
     h_dev = _split(c.num_heads, tensor)
     if decode == 'dense':
       scores = s_dev * h_dev * tt * 12
     else:
-      tk, _ = attention_lib.decode_block(tt)
-      scores = s_dev * (h_dev * tk * 12 + 2 * g_dev * tk * c.head_dim * 4)
+      tk, _ = attention_lib.decode_block(new)
+      scores = s_dev * (h_dev * max(p, tk) * 12 + 2 * g_dev * tk * c.head_dim * 4)
     other = s_dev * v_dev * 4 * 3 + scores + s_dev * (new * 12 + 4)
     return cache, other
 

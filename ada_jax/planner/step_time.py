@@ -14,11 +14,10 @@ perfect implementation could do):
     multiply-add, split evenly over all devices (data, fsdp and tensor
     parallelism share the work);
   * attention at 4·H·K FLOPs per (query, key) pair, over every key the
-    program reads: per decode step, the prompt's blocks and the slot's own
-    blocks up to the one holding the current position (`decode_reads`:
-    blockwise decode reads whole blocks of the written part, the batch's
-    longest prompt taken to fill the bucket; attention='dense' reads all
-    P+N keys from step 1), T² pairs per training sequence (dense or chunked,
+    program reads: per decode step, the whole prompt bucket and the slot's
+    own blocks up to the one holding the current position (`decode_reads`:
+    blockwise decode reads whole blocks of the written response;
+    attention='dense' reads all P+N keys from step 1), T² pairs per training sequence (dense or chunked,
     causal masking computes the masked half too);
   * the vocabulary projection where the program makes logits: the last
     prompt token (prefill), every decode step, every response token
@@ -91,19 +90,17 @@ def decode_reads(
   """(prompt keys, own keys) one slot's decode step reads, averaged over N steps.
 
   Blockwise decode (every `attention` but 'dense') reads its prompt's keys
-  from a buffer of their own in whole blocks of `decode_block(P)` (the
-  longest prompt taken to fill the bucket; a clamped last block reads a full
-  block), and its own response blocks of `decode_block(N)` up to the current
-  position's. Dense reads the slot's whole [P + N] buffer every step (all of
+  whole from a buffer of their own (all P: `attention.SharedPrefix`), and
+  its own response blocks of `decode_block(N)` up to the current position's
+  (a clamped last block reads a full block). Dense reads the slot's whole [P + N] buffer every step (all of
   it counted as own keys: no prompt buffer is shared).
   """
   if attention == 'dense':
     return 0.0, float(prompt_len + new_tokens)
-  tp, blocks = attention_lib.decode_block(prompt_len)
   tn, _ = attention_lib.decode_block(new_tokens)
   # Step i (1-based) writes response index i - 1 and reads up to its block.
   own = sum(((i - 1) // tn + 1) * tn for i in range(1, new_tokens + 1))
-  return float(tp * blocks), own / new_tokens
+  return float(prompt_len), own / new_tokens
 
 
 def _phase(name: str, flops: float, nbytes: float, chip: chips_lib.Chip, note=''):
