@@ -219,8 +219,8 @@ def test_decode_with_shared_prefix_matches_dense_over_the_joined_cache(
   """Slots in groups of `group` share a left-padded prompt prefix (P = 21).
 
   The oracle is dense attention over each slot's own [prefix, response]
-  cache; NaN in the response after the query proves it is not read (the
-  prefix is read whole: see the test below). keys_transposed: the keys held
+  cache; NaN in the response after the query proves it is not read. The
+  prefix is read whole, without a loop. keys_transposed: the keys held
   [.., K, S] as a sampler round's cache holds them.
   """
   groups, h, g, k, p, n, tk = 4, 4, 2, 8, 21, 13, 4
@@ -270,8 +270,13 @@ def test_decode_with_shared_prefix_matches_dense_over_the_joined_cache(
       prefix_keys_transposed=keys_transposed,
     )
 
-  got = decode(q, rk, rv, rvalid, pk, pv, pvalid)
+  args = (q, rk, rv, rvalid, pk, pv, pvalid)
+  got = decode(*args)
   np.testing.assert_allclose(np.asarray(got), ref, atol=1e-5)
+  # One loop, the response's (4 blocks): the prefix (6 blocks) is read whole,
+  # in one product (a block loop would read every block from the longest
+  # prompt's first one anyway).
+  assert decode.lower(*args).compile().as_text().count(' while(') == 1
   # The model's path: the mask carries the prefix's validity.
   mask = attention.make_mask(
     jnp.full((b, 1), written - 1, jnp.int32), jnp.asarray(rvalid), 'decode', pvalid
@@ -281,58 +286,6 @@ def test_decode_with_shared_prefix_matches_dense_over_the_joined_cache(
     attention.make_mask(
       jnp.zeros((b, 1), jnp.int32), jnp.asarray(rvalid), 'dense', pvalid
     )
-
-
-@pytest.mark.parametrize('prefix_keys_transposed', [False, True])
-def test_shared_prefix_is_read_whole_without_a_loop(prefix_keys_transposed):
-  """A prefix of many key blocks (P = 5 blocks) is scored in one product.
-
-  Every prefix key precedes every query, so a block loop would read every
-  block from the longest prompt's first one anyway: the compiled decode has
-  no loop at all (the rows' own cache of 2 blocks is read whole too), and it
-  equals dense attention over each slot's joined cache.
-  """
-  tk = attention.DECODE_BLOCK_K
-  groups, group, h, g, k, p, n = 2, 2, 4, 2, 8, 5 * tk, 2 * tk
-  b = groups * group
-  rng = np.random.RandomState(3)
-  q = jnp.asarray(rng.randn(b, 1, h, k), jnp.float32)
-  pk, pv = (rng.randn(groups, g, p, k).astype(np.float32) for _ in range(2))
-  rk, rv = (rng.randn(b, g, n, k).astype(np.float32) for _ in range(2))
-  pvalid = np.zeros((groups, p), bool)
-  pvalid[0, p - 3 * tk - 5 :] = True  # Left padding: 2 blocks and 5 keys.
-  pvalid[1, p - 7 :] = True
-  rvalid = np.zeros((b, n), bool)
-  rvalid[:, :9] = True
-  qi = jnp.full((b, 1), 8, jnp.int32)
-
-  def decode(q, rk, rv, rvalid, pk, pv, pvalid):
-    if prefix_keys_transposed:
-      pk = jnp.swapaxes(pk, 2, 3)
-    prefix = attention.SharedPrefix(pk, pv, pvalid)
-    return attention.decode_attention(
-      q,
-      rk,
-      rv,
-      qi,
-      rvalid,
-      prefix=prefix,
-      prefix_keys_transposed=prefix_keys_transposed,
-    )
-
-  args = (q, rk, rv, rvalid, pk, pv, pvalid)
-  hlo = jax.jit(decode).lower(*args).compile().as_text()
-  assert ' while(' not in hlo
-  own = np.repeat(np.arange(groups), group)
-  ref = _dense_decode_reference(
-    q,
-    np.concatenate([pk[own], rk], axis=2),
-    np.concatenate([pv[own], rv], axis=2),
-    jnp.full((b, 1), p + 8, jnp.int32),
-    np.concatenate([pvalid[own], rvalid], axis=1),
-  )
-  got = jax.jit(decode)(*args)
-  np.testing.assert_allclose(np.asarray(got), np.asarray(ref), atol=1e-5)
 
 
 def test_chunked_bf16_close_to_dense():

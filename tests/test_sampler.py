@@ -75,6 +75,19 @@ def test_greedy_equals_transformers_generate_with_eos(hf_models, variant):
       assert got[row, n - 1] == eos and eos not in got[row, : n - 1]
 
 
+def _assert_logprobs_equal_full_forward(model, tokens, mask, r, temperature):
+  """Each drawn token's log-prob equals the full forward over prompt and response."""
+  full = np.concatenate([tokens, np.asarray(r.tokens)], 1)
+  fmask = np.concatenate([mask, np.asarray(r.mask)], 1)
+  logits = np.asarray(model_lib.logits(model, full, fmask))[:, tokens.shape[1] - 1 : -1]
+  scale = temperature if temperature > 0 else 1.0
+  logp = np.asarray(jax.nn.log_softmax(logits / scale, axis=-1))
+  ref = np.take_along_axis(logp, np.asarray(r.tokens)[..., None], -1)[..., 0]
+  m = np.asarray(r.mask).astype(bool)
+  assert np.abs(ref - np.asarray(r.logprobs))[m].max() <= 1e-4
+  assert (np.asarray(r.logprobs)[~m] == 0).all()
+
+
 @pytest.mark.parametrize('temperature', [0.0, 0.7])
 def test_logprobs_equal_full_forward(hf_models, temperature):
   model = hf.load_model(hf_models['qwen3'][0])
@@ -88,15 +101,7 @@ def test_logprobs_equal_full_forward(hf_models, temperature):
     temperature=temperature,
     eos_ids=[5, 7],
   )
-  full = np.concatenate([tokens, np.asarray(r.tokens)], 1)
-  fmask = np.concatenate([mask, np.asarray(r.mask)], 1)
-  logits = np.asarray(model_lib.logits(model, full, fmask))[:, tokens.shape[1] - 1 : -1]
-  scale = temperature if temperature > 0 else 1.0
-  logp = np.asarray(jax.nn.log_softmax(logits / scale, axis=-1))
-  ref = np.take_along_axis(logp, np.asarray(r.tokens)[..., None], -1)[..., 0]
-  m = np.asarray(r.mask).astype(bool)
-  assert np.abs(ref - np.asarray(r.logprobs))[m].max() <= 1e-4
-  assert (np.asarray(r.logprobs)[~m] == 0).all()
+  _assert_logprobs_equal_full_forward(model, tokens, mask, r, temperature)
 
 
 def test_first_token_frequencies_follow_softmax(hf_models):
@@ -261,22 +266,12 @@ def test_long_round_equals_full_forward(hf_models, group):
   )
   cache = sampler.prefill(model, tokens, mask)
   slot_prompt = np.repeat(np.arange(3), group).astype(np.int32)
-  r = sampler.sample_round(
-    model,
-    cache,
-    slot_prompt,
-    max_new_tokens=n,
-    rng=jax.random.key(4),
-    temperature=0.7,
-    group=group,
+  kw = dict(max_new_tokens=n, rng=jax.random.key(4), temperature=0.7)
+  r = sampler.sample_round(model, cache, slot_prompt, group=group, **kw)
+  assert np.asarray(r.mask).all()  # No EOS: every step's keys are read.
+  _assert_logprobs_equal_full_forward(
+    model, tokens[slot_prompt], mask[slot_prompt], r, 0.7
   )
-  full = np.concatenate([tokens[slot_prompt], np.asarray(r.tokens)], 1)
-  fmask = np.concatenate([mask[slot_prompt], np.asarray(r.mask)], 1)
-  logits = np.asarray(model_lib.logits(model, full, fmask))[:, p - 1 : -1]
-  logp = np.asarray(jax.nn.log_softmax(logits / 0.7, axis=-1))
-  ref = np.take_along_axis(logp, np.asarray(r.tokens)[..., None], -1)[..., 0]
-  assert np.asarray(r.mask).all()
-  assert np.abs(ref - np.asarray(r.logprobs)).max() <= 1e-4
 
 
 def test_decode_round_makes_rope_tables_once_per_step(hf_models):
