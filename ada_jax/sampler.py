@@ -23,8 +23,9 @@ once per group, not once per slot, and whole. Each holds its keys
 transposed when decode reads it whole: the prefix always ([.., K, P]), the
 response cache where `attention.round_keys_transposed` ([.., K, N]). The
 round copies the prompt's keys into that layout once, and every decode
-step's score product reads them as a matrix product's right operand. attention='dense' keeps the
-reference layout, a [S, G, P + N, K] cache per slot with the prompt copied in.
+step's score product reads them as a matrix product's right operand.
+attention='dense' keeps the reference layout, a [S, G, P + N, K] cache per
+slot with the prompt copied in.
 The loop also carries the next step's RoPE tables (`step_rope`, made in the
 step before), so every layer of a step rotates by one cos / sin table.
 

@@ -17,8 +17,9 @@ perfect implementation could do):
     program reads: per decode step, the whole prompt bucket and the slot's
     own blocks up to the one holding the current position (`decode_reads`:
     blockwise decode reads whole blocks of the written response;
-    attention='dense' reads all P+N keys from step 1), T² pairs per training sequence (dense or chunked,
-    causal masking computes the masked half too);
+    attention='dense' reads all P+N keys from step 1), T² pairs per
+    training sequence (dense or chunked, causal masking computes the masked
+    half too);
   * the vocabulary projection where the program makes logits: the last
     prompt token (prefill), every decode step, every response token
     (old-logp and update);
@@ -92,8 +93,9 @@ def decode_reads(
   Blockwise decode (every `attention` but 'dense') reads its prompt's keys
   whole from a buffer of their own (all P: `attention.SharedPrefix`), and
   its own response blocks of `decode_block(N)` up to the current position's
-  (a clamped last block reads a full block). Dense reads the slot's whole [P + N] buffer every step (all of
-  it counted as own keys: no prompt buffer is shared).
+  (a clamped last block reads a full block). Dense reads the slot's whole
+  [P + N] buffer every step (all of it counted as own keys: no prompt
+  buffer is shared).
   """
   if attention == 'dense':
     return 0.0, float(prompt_len + new_tokens)
