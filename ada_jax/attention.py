@@ -245,7 +245,6 @@ def attend(
       mask.key_blocks,
       prefix=prefix,
       keys_transposed=cache_keys_transposed(mask.kv_valid, mask.prefix_valid),
-      prefix_keys_transposed=True,
     )
   k, v = k_cache.astype(dtype), v_cache.astype(dtype)
   if impl == 'dense':
@@ -544,8 +543,9 @@ def _prefix_query_index(prefix_valid: Array, t: int) -> Array:
 class SharedPrefix(NamedTuple):
   """A prompt prefix that groups of m consecutive rows share, read once per group.
 
-  k, v: [B/m, G, P, K] (cache dtype; k is [B/m, G, K, P] with
-  `decode_attention`'s prefix_keys_transposed); valid: bool [B/m, P].
+  k: [B/m, G, K, P], transposed (the layout a whole read scores fastest; see
+  `round_keys_transposed`); v: [B/m, G, P, K] (cache dtype); valid: bool
+  [B/m, P].
 
   Every prefix key precedes every query, so decode reads the prefix whole,
   in one step: a block loop would read every block from the longest
@@ -573,7 +573,6 @@ def decode_attention(
   block_k: int | None = None,
   prefix: SharedPrefix | None = None,
   keys_transposed: bool = False,
-  prefix_keys_transposed: bool = False,
 ) -> Array:
   """Attention over the written blocks only: q [B, T, H, K] -> [B, T, H, K].
 
@@ -593,7 +592,6 @@ def decode_attention(
       is read once per group, not once per row, and the per-row cache holds
       only the rows' own tokens.
     keys_transposed: k is [B, G, K, S] (see `round_keys_transposed`).
-    prefix_keys_transposed: the prefix's k is [B/m, G, K, P].
 
   Same visibility as dense (key s visible iff s <= query_index and
   kv_valid[s]; with a prefix, every valid prefix key too); keys outside the
@@ -608,7 +606,7 @@ def decode_attention(
   qb = q.reshape(b, t, g, r, kd).transpose(0, 2, 3, 1, 4)  # [B, G, R, T, K]
   carry = _online_init(qb)
   if prefix is not None:
-    carry = _prefix_carry(qb, prefix, prefix_keys_transposed)
+    carry = _prefix_carry(qb, prefix)
   _, total, acc = _decode_loop(
     carry, qb, k, v, query_index, kv_valid, key_blocks, tk, keys_transposed
   )
@@ -616,7 +614,7 @@ def decode_attention(
   return out.transpose(0, 3, 1, 2, 4).reshape(b, t, h, kd)
 
 
-def _prefix_carry(qb: Array, prefix: SharedPrefix, keys_t: bool = False):
+def _prefix_carry(qb: Array, prefix: SharedPrefix):
   """The online-softmax carry of qb [B, G, R, T, K] after its groups' whole prefix."""
   b, g, r, t, kd = qb.shape
   n = prefix.valid.shape[0]
@@ -630,15 +628,20 @@ def _prefix_carry(qb: Array, prefix: SharedPrefix, keys_t: bool = False):
     .reshape(n, g, m * r, t, kd)
   )
   qi = _prefix_query_index(prefix.valid, t)
-  dt = qg.dtype
-  scores, _ = _block_scores(qg, prefix.k.astype(dt), qi, prefix.valid, 0, keys_t)
-  carry = _online_step(_online_init(qg), scores, prefix.v.astype(dt), dt)
+  carry = _read_whole(_online_init(qg), qg, prefix.k, prefix.v, qi, prefix.valid, True)
 
   def ungroup(x):  # [B/m, G, m·R, T, ...] -> [B, G, R, T, ...]
     x = x.reshape(n, g, m, r, *x.shape[3:])
     return jnp.moveaxis(x, 2, 1).reshape(b, g, r, *x.shape[4:])
 
   return tuple(ungroup(x) for x in carry)
+
+
+def _read_whole(carry, qb, k, v, qi, valid, keys_t: bool):
+  """Folds all of k/v [B, G, S, K] (k [B, G, K, S] with keys_t) into carry, in one step."""
+  dt = qb.dtype
+  scores, _ = _block_scores(qb, k.astype(dt), qi, valid, 0, keys_t)
+  return _online_step(carry, scores, v.astype(dt), dt)
 
 
 def _decode_loop(carry, qb, k, v, qi, valid, key_blocks, tk: int, keys_t=False):
@@ -656,8 +659,7 @@ def _decode_loop(carry, qb, k, v, qi, valid, key_blocks, tk: int, keys_t=False):
     # A short cache is read whole in one step: at most one block more than
     # the written ones, and no loop or block copies (on XLA:CPU the loop's
     # iterations cost more than the keys they read).
-    scores, _ = _block_scores(qb, k.astype(dt), qi, valid, 0, keys_t)
-    return _online_step(carry, scores, v.astype(dt), dt)
+    return _read_whole(carry, qb, k, v, qi, valid, keys_t)
 
   def body(j, carry):
     first = j * tk

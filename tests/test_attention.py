@@ -220,8 +220,9 @@ def test_decode_with_shared_prefix_matches_dense_over_the_joined_cache(
 
   The oracle is dense attention over each slot's own [prefix, response]
   cache; NaN in the response after the query proves it is not read. The
-  prefix is read whole, without a loop. keys_transposed: the keys held
-  [.., K, S] as a sampler round's cache holds them.
+  prefix is read whole, without a loop, from its keys transposed
+  ([.., K, P]). keys_transposed: the response's keys held [.., K, S] too, as
+  a sampler round's cache holds a response it reads whole.
   """
   groups, h, g, k, p, n, tk = 4, 4, 2, 8, 21, 13, 4
   b = groups * group
@@ -256,8 +257,8 @@ def test_decode_with_shared_prefix_matches_dense_over_the_joined_cache(
   def decode(q, rk, rv, rvalid, pk, pv, pvalid):
     qi = jnp.full((b, 1), written - 1, jnp.int32)
     if keys_transposed:
-      rk, pk = jnp.swapaxes(rk, 2, 3), jnp.swapaxes(pk, 2, 3)
-    prefix = attention.SharedPrefix(pk, pv, pvalid)
+      rk = jnp.swapaxes(rk, 2, 3)
+    prefix = attention.SharedPrefix(jnp.swapaxes(pk, 2, 3), pv, pvalid)
     return attention.decode_attention(
       q,
       rk,
@@ -267,7 +268,6 @@ def test_decode_with_shared_prefix_matches_dense_over_the_joined_cache(
       block_k=tk,
       prefix=prefix,
       keys_transposed=keys_transposed,
-      prefix_keys_transposed=keys_transposed,
     )
 
   args = (q, rk, rv, rvalid, pk, pv, pvalid)

@@ -217,9 +217,9 @@ def test_round_cache_holds_keys_read_whole_transposed(hf_models, group):
 
   The prefix keys are the prompt cache's keys of each group's prompt,
   transposed (a prefix is read whole at any length); the response keys start
-  empty; a response of more than
-  DECODE_WHOLE_MAX_BLOCKS blocks (read by the loop) keeps [S, G, N, K]. The
-  rounds' outputs are checked against transformers and `sample` above.
+  empty; a response of more than DECODE_WHOLE_MAX_BLOCKS blocks (read by the
+  loop) keeps [S, G, N, K]. The rounds' outputs are checked against
+  transformers and `sample` above.
   """
   model = hf.load_model(hf_models['qwen2_tied'][0])
   tokens, mask = _prompts(4)
