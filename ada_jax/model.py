@@ -118,7 +118,9 @@ class KVCache(NamedTuple):
   # [B/m, P]. Decode only; k/v/valid then index the rows' own tokens from 0.
   # Such a cache holds the prefix's keys transposed ([B/m, G, K, P]: decode
   # reads a prefix whole), and its own ([B, G, K, S]) where
-  # `attention.round_keys_transposed` says so (a cache decode reads whole).
+  # `attention.round_keys_transposed` says so (a cache decode reads whole);
+  # where `attention.round_cache_blocked` says so its own k/v are
+  # block-major, [S/tk, B, G, K, tk] and [S/tk, B, G, tk, K].
   prefix_k: tuple[Array, ...] = ()
   prefix_v: tuple[Array, ...] = ()
   prefix_valid: Array | None = None
@@ -288,8 +290,25 @@ def write_kv(
   """Writes one layer's new keys and values k, v [B, T, G, K] into its caches.
 
   v_cache is [B, G, S, K]; k_cache too, or [B, G, K, S] with keys_transposed
-  (a cache with a shared prefix, see `KVCache`).
+  (a cache with a shared prefix, see `KVCache`). A block-major cache (5-D:
+  k [S/tk, B, G, K, tk], v [S/tk, B, G, tk, K]) takes one token (T = 1) at
+  one index for all rows.
   """
+  if k_cache.ndim == 5:
+    if k.shape[1] != 1 or jnp.ndim(write_index):
+      raise ValueError(
+        f'a block-major cache takes one token at one index, got T={k.shape[1]}'
+        f' at an index of shape {jnp.shape(write_index)}'
+      )
+    tk = k_cache.shape[-1]
+    j, o = write_index // tk, write_index % tk
+    k_cache = jax.lax.dynamic_update_slice(
+      k_cache, k.transpose(0, 2, 3, 1)[None].astype(k_cache.dtype), (j, 0, 0, 0, o)
+    )
+    v_cache = jax.lax.dynamic_update_slice(
+      v_cache, v.transpose(0, 2, 1, 3)[None].astype(v_cache.dtype), (j, 0, 0, o, 0)
+    )
+    return k_cache, v_cache
   if keys_transposed:
     k_cache = write_cache(k_cache, k.transpose(0, 2, 3, 1), write_index, axis=3)
   else:

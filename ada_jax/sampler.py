@@ -23,7 +23,10 @@ once per group, not once per slot, and whole. Each holds its keys
 transposed when decode reads it whole: the prefix always ([.., K, P]), the
 response cache where `attention.round_keys_transposed` ([.., K, N]). The
 round copies the prompt's keys into that layout once, and every decode
-step's score product reads them as a matrix product's right operand.
+step's score product reads them as a matrix product's right operand. On CPU
+a response cache too long to read whole is block-major, [N/tk, S, G, K, tk]
+keys and [N/tk, S, G, tk, K] values (`attention.round_cache_blocked`): the
+decode loop's block is one contiguous slab.
 attention='dense' keeps the reference layout, a [S, G, P + N, K] cache per
 slot with the prompt copied in.
 The loop also carries the next step's RoPE tables (`step_rope`, made in the
@@ -115,16 +118,18 @@ def _tensor_if_divides(mesh, size: int) -> str | None:
   return 'tensor' if size % mesh.shape['tensor'] == 0 else None
 
 
-def _cache_sharding(mesh, rows: int, kv_heads: int):
+def _cache_sharding(mesh, rows: int, kv_heads: int, blocked: bool = False):
   """KV cache [rows, G, T, K]: rows over the data axes, KV heads over tensor.
 
   Heads stay where the tensor-split K/V projections put them: a cache
   replicated over tensor would be all-gathered at every generated token.
+  blocked: a block-major cache, [T/tk, rows, G, .., ..] (blocks not split).
   """
   if mesh is None or rows % sharding_lib.data_parallel_size(mesh):
     return None
   heads = _tensor_if_divides(mesh, kv_heads)
-  return NamedSharding(mesh, PartitionSpec(sharding_lib.BATCH_AXES, heads, None, None))
+  spec = (sharding_lib.BATCH_AXES, heads, None, None)
+  return NamedSharding(mesh, PartitionSpec(*((None,) * blocked + spec)))
 
 
 def _logits_sharding(mesh, rows: int, vocab: int):
@@ -338,7 +343,8 @@ def decode_step(
   Args:
     model: the policy.
     cache: the round's cache, [S, G, P + N, K] per layer, or [S, G, N, K]
-      after a shared prompt prefix (keys maybe transposed, see `round_cache`).
+      after a shared prompt prefix (keys maybe transposed, or block-major:
+      see `round_cache`).
     prev: int [S], column i - 1's tokens, written at cache index p + i - 1
       (i - 1 after a shared prefix).
     start_pos: int [S], each slot's prompt length (RoPE position of column 0).
@@ -412,7 +418,10 @@ def round_cache(
   group of `group` slots ([S/group, G, P, K], a `SharedPrefix`) and the
   slots' own empty [S, G, N, K] response cache, the prefix's keys
   transposed ([.., K, P]: decode reads a prefix whole) and the response's
-  ([S, G, K, N]) where `attention.round_keys_transposed` says so.
+  ([S, G, K, N]) where `attention.round_keys_transposed` says so; on CPU a
+  response too long to read whole is block-major, keys [N'/tk, S, G, K, tk]
+  and values [N'/tk, S, G, tk, K] with N' = `attention.round_cache_len(N)`
+  (`attention.round_cache_blocked`).
   """
   s = slot_prompt.shape[0]
   kv_heads = model.config.num_kv_heads
@@ -453,9 +462,18 @@ def round_cache(
     pk = tuple(_constrain(jnp.swapaxes(prefix_rows(x), 2, 3), shp) for x in pc.k)
     pv = tuple(_constrain(prefix_rows(x), shp) for x in pc.v)
     hd, dt = model.config.head_dim, pc.k[0].dtype
-    k_shape = (hd, n) if attention_lib.round_keys_transposed(n) else (n, hd)
-    response_k = _constrain(jnp.zeros((s, kv_heads, *k_shape), dt), sh4)
-    response_v = _constrain(jnp.zeros((s, kv_heads, n, hd), dt), sh4)
+    length = attention_lib.round_cache_len(n)
+    blocked = attention_lib.round_cache_blocked(n)
+    if blocked:
+      tk, nk = attention_lib.decode_block(length)
+      k_shape, v_shape = (nk, s, kv_heads, hd, tk), (nk, s, kv_heads, tk, hd)
+    else:
+      transposed = attention_lib.round_keys_transposed(n)
+      k_shape = (s, kv_heads, *((hd, n) if transposed else (n, hd)))
+      v_shape = (s, kv_heads, n, hd)
+    sh_kv = _cache_sharding(mesh, s, kv_heads, blocked)
+    response_k = _constrain(jnp.zeros(k_shape, dt), sh_kv)
+    response_v = _constrain(jnp.zeros(v_shape, dt), sh_kv)
     # Every layer's prefix is taken before the empty response caches enter
     # the loop: without the barrier XLA held the all-gathered prompts of all
     # layers beside the 2L response buffers (1.5B at the paper's shapes on 32
@@ -467,7 +485,7 @@ def round_cache(
     cache = model_lib.KVCache(
       tuple(response_k for _ in pc.k),
       tuple(response_v for _ in pc.v),
-      _constrain(jnp.zeros((s, n), jnp.bool_), sh2),
+      _constrain(jnp.zeros((s, length), jnp.bool_), sh2),
       pk,
       pv,
       _constrain(prefix_rows(pc.valid), _rows_sharding(mesh, ng, 2)),
@@ -496,7 +514,6 @@ def _round_jit(
   s = slot_prompt.shape[0]
   live = slot_prompt >= 0
   p = pc.valid.shape[1]
-  sh4 = _cache_sharding(mesh, s, model.config.num_kv_heads)
   sh2 = _rows_sharding(mesh, s, 2)
 
   def rows(x):
@@ -504,6 +521,9 @@ def _round_jit(
 
   cache = round_cache(
     model, pc, slot_prompt, n, aligned=aligned, group=group, mesh=mesh
+  )
+  sh_kv = _cache_sharding(
+    mesh, s, model.config.num_kv_heads, blocked=cache.k[0].ndim == 5
   )
   start_pos = rows(pc.lengths)
 
@@ -566,8 +586,8 @@ def _round_jit(
     # Keep slots split over the data axes through the loop (propagation alone
     # may pick a replicated layout for the carry).
     cache = cache._replace(
-      k=tuple(_constrain(x, sh4) for x in cache.k),
-      v=tuple(_constrain(x, sh4) for x in cache.v),
+      k=tuple(_constrain(x, sh_kv) for x in cache.k),
+      v=tuple(_constrain(x, sh_kv) for x in cache.v),
       valid=_constrain(cache.valid, sh2),
     )
     tokens, logps, mask = (_constrain(x, sh2) for x in (tokens, logps, mask))

@@ -211,18 +211,19 @@ def test_short_cache_is_read_whole_and_matches_dense_and_the_loop(keys_transpose
   np.testing.assert_allclose(np.asarray(whole), np.asarray(loop), atol=1e-5)
 
 
-@pytest.mark.parametrize('keys_transposed', [False, True])
+@pytest.mark.parametrize('layout', ['plain', 'transposed', 'blocked'])
 @pytest.mark.parametrize('group', [1, 2, 4])
-def test_decode_with_shared_prefix_matches_dense_over_the_joined_cache(
-  group, keys_transposed
-):
+def test_decode_with_shared_prefix_matches_dense_over_the_joined_cache(group, layout):
   """Slots in groups of `group` share a left-padded prompt prefix (P = 21).
 
   The oracle is dense attention over each slot's own [prefix, response]
   cache; NaN in the response after the query proves it is not read. The
   prefix is read whole, without a loop, from its keys transposed
-  ([.., K, P]). keys_transposed: the response's keys held [.., K, S] too, as
-  a sampler round's cache holds a response it reads whole.
+  ([.., K, P]). The response (13 keys, 4 blocks of 4) is held [.., S, K]
+  ('plain'), with its keys [.., K, S] ('transposed', as a sampler round holds
+  a response it reads whole) or block-major ('blocked', as a round on CPU
+  holds a response the loop reads: [4, B, G, K, 4] and [4, B, G, 4, K], the
+  13 keys padded to 16).
   """
   groups, h, g, k, p, n, tk = 4, 4, 2, 8, 21, 13, 4
   b = groups * group
@@ -253,10 +254,16 @@ def test_decode_with_shared_prefix_matches_dense_over_the_joined_cache(
   end = -(-written // tk) * tk
   rk[:, :, end:], rv[:, :, end:] = np.nan, np.nan
 
+  if layout == 'blocked':
+    pad = ((0, 0), (0, 0), (0, 16 - n), (0, 0))
+    rk, rv = (np.pad(x, pad).reshape(b, g, 4, tk, k) for x in (rk, rv))
+    rk, rv = rk.transpose(2, 0, 1, 4, 3), rv.transpose(2, 0, 1, 3, 4)
+    rvalid = np.pad(rvalid, ((0, 0), (0, 16 - n)))
+
   @jax.jit
   def decode(q, rk, rv, rvalid, pk, pv, pvalid):
     qi = jnp.full((b, 1), written - 1, jnp.int32)
-    if keys_transposed:
+    if layout == 'transposed':
       rk = jnp.swapaxes(rk, 2, 3)
     prefix = attention.SharedPrefix(jnp.swapaxes(pk, 2, 3), pv, pvalid)
     return attention.decode_attention(
@@ -267,7 +274,7 @@ def test_decode_with_shared_prefix_matches_dense_over_the_joined_cache(
       rvalid,
       block_k=tk,
       prefix=prefix,
-      keys_transposed=keys_transposed,
+      keys_transposed=layout == 'transposed',
     )
 
   args = (q, rk, rv, rvalid, pk, pv, pvalid)
@@ -277,6 +284,17 @@ def test_decode_with_shared_prefix_matches_dense_over_the_joined_cache(
   # in one product (a block loop would read every block from the longest
   # prompt's first one anyway).
   assert decode.lower(*args).compile().as_text().count(' while(') == 1
+  if layout == 'blocked':
+    # A block-major cache's blocks are its own: another block size is an error.
+    with pytest.raises(ValueError, match='block-major cache of 4 blocks of 4 keys'):
+      attention.decode_attention(
+        q,
+        jnp.asarray(rk),
+        jnp.asarray(rv),
+        jnp.zeros((b, 1), jnp.int32),
+        jnp.asarray(rvalid),
+        block_k=8,
+      )
   # The model's path: the mask carries the prefix's validity.
   mask = attention.make_mask(
     jnp.full((b, 1), written - 1, jnp.int32), jnp.asarray(rvalid), 'decode', pvalid

@@ -212,23 +212,32 @@ def test_prompt_cache_rounds_equal_plain_sample(hf_models):
 
 
 @pytest.mark.parametrize('group', [1, 2])
-def test_round_cache_holds_keys_read_whole_transposed(hf_models, group):
-  """Keys that decode reads whole are [.., K, P] / [S, G, K, N]; values [.., P, K].
+def test_round_cache_layouts(hf_models, group):
+  """A round's prefix keys are [.., K, P]; its own cache is whole-read or block-major.
 
   The prefix keys are the prompt cache's keys of each group's prompt,
-  transposed (a prefix is read whole at any length); the response keys start
-  empty; a response of more than DECODE_WHOLE_MAX_BLOCKS blocks (read by the
-  loop) keeps [S, G, N, K]. The rounds' outputs are checked against
-  transformers and `sample` above.
+  transposed (a prefix is read whole at any length); values [.., P, K].
+  A response of at most DECODE_WHOLE_MAX_BLOCKS blocks (read whole) holds
+  keys [S, G, K, N]; a longer one (read by the loop) is block-major on CPU,
+  keys [N'/tk, S, G, K, tk] and values [N'/tk, S, G, tk, K], N' = N rounded
+  up to whole blocks, its validity [S, N']. On TPU it stays [S, G, N, K].
+  The rounds' outputs are checked against transformers, `sample` and the
+  full forward elsewhere in this file.
   """
   model = hf.load_model(hf_models['qwen2_tied'][0])
   tokens, mask = _prompts(4)
   pc = sampler.prefill(model, tokens, mask)
   slot_prompt = np.array([2, 2, 5, 5, 1, 1, 3, 3])
-  long = attention.DECODE_WHOLE_MAX_BLOCKS * attention.DECODE_BLOCK_K + 1
-  assert attention.round_keys_transposed(N)
-  assert not attention.round_keys_transposed(long)
+  tk = attention.DECODE_BLOCK_K
+  long = attention.DECODE_WHOLE_MAX_BLOCKS * tk + 1
+  assert attention.round_keys_transposed(N) and not attention.round_cache_blocked(N)
+  assert (
+    attention.round_cache_blocked(long) and attention.round_cache_len(long) == 3 * tk
+  )
+  assert not attention.round_cache_blocked(long, 'tpu')
+  assert attention.round_cache_len(long, 'tpu') == long
   c = model.config
+  g, hd = c.num_kv_heads, c.head_dim
   own = slot_prompt[::group]
   for n in (N, long):
     cache = jax.jit(
@@ -242,9 +251,14 @@ def test_round_cache_holds_keys_read_whole_transposed(hf_models, group):
       np.testing.assert_array_equal(
         np.asarray(cache.prefix_v[layer]), np.asarray(pc.v[layer])[own]
       )
-      k_shape = (c.head_dim, n) if n == N else (n, c.head_dim)
-      assert cache.k[layer].shape == (8, c.num_kv_heads, *k_shape)
-      assert cache.v[layer].shape == (8, c.num_kv_heads, n, c.head_dim)
+      if n == N:
+        assert cache.k[layer].shape == (8, g, hd, n)
+        assert cache.v[layer].shape == (8, g, n, hd)
+        assert cache.valid.shape == (8, n)
+      else:
+        assert cache.k[layer].shape == (3, 8, g, hd, tk)
+        assert cache.v[layer].shape == (3, 8, g, tk, hd)
+        assert cache.valid.shape == (8, 3 * tk)
 
 
 @pytest.mark.parametrize('group', [1, 2])
@@ -253,13 +267,13 @@ def test_long_round_equals_full_forward(hf_models, group):
 
   P = N = 3 * DECODE_BLOCK_K, ragged prompts (the longest starts in block
   1): each slot's prefix is scored whole from the round's transposed copy,
-  and its own [S, G, N, K] response cache block by block up to the current
+  and its own block-major response cache block by block up to the current
   one. The oracle is the full forward over prompt and response (dense
   attention): every drawn token's log-prob equals it.
   """
   tk = attention.DECODE_BLOCK_K
   p = n = 3 * tk
-  assert not attention.round_keys_transposed(n)
+  assert attention.round_cache_blocked(n)
   model = hf.load_model(hf_models['qwen2_tied'][0])
   tokens, mask = hf_fixtures.left_padded_batch(
     np.random.RandomState(5), [p - tk - 3, 40, 2 * tk - 1], p

@@ -452,15 +452,17 @@ def plan(
     else:
       # The prompt's keys once per group ([S/m, G, P, K]; when aligned the
       # prompt cache itself, plus a transposed copy of its keys: decode
-      # reads a prefix whole), the slots' own [S, G, N, K] response cache.
+      # reads a prefix whole), the slots' own [S, G, N, K] response cache
+      # (N rounded up to whole blocks where it is block-major).
       group = sampler.group_on_mesh(slots, group, dp)
       g_rows = _rows(slots // group, dp)
       prefix = g_rows * p * kv_layer
       if aligned and group == 1:
         prefix = prefix // 2
-      response = s_dev * new * kv_layer
+      own = attention_lib.round_cache_len(new, backend)
+      response = s_dev * own * kv_layer
       cache = int(c.num_layers * (prefix + max(response, gathered)))
-      cache += s_dev * new + g_rows * p
+      cache += s_dev * own + g_rows * p
     # [S, V] first-token logits, per-token fp32 scores [S, h, 1, T] (dense)
     # or those of the whole prefix [S, h, 1, P] (the larger of them and the
     # response loop's [S, h, 1, tk]) and the loop's K/V block [S, g, tk, K],
