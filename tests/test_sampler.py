@@ -288,6 +288,43 @@ def test_long_round_equals_full_forward(hf_models, group):
   )
 
 
+def test_sharded_long_round_equals_unsharded(hf_models):
+  """A round with a block-major response (3 blocks) on a (2, 2, 2) mesh equals one device's.
+
+  The response cache [N/tk, S, G, K, tk] keeps its blocks whole on every
+  device: slots over the data axes, KV heads over tensor.
+  """
+  n = 3 * attention.DECODE_BLOCK_K
+  assert attention.round_cache_blocked(n)
+  path = hf_models['qwen2_tied'][0]
+  tokens, mask = hf_fixtures.left_padded_batch(
+    np.random.RandomState(13), [9, 2, 7, 4], 9
+  )
+  slot_prompt = np.repeat(np.arange(4), 2).astype(np.int32)
+  kw = dict(max_new_tokens=n, rng=jax.random.key(14), temperature=1.0, group=2)
+  plain = hf.load_model(path)
+  ref = sampler.sample_round(
+    plain, sampler.prefill(plain, tokens, mask), slot_prompt, **kw
+  )
+  assert np.asarray(ref.mask).all()  # No EOS: every block is read.
+  mesh = sharding.make_mesh((2, 2, 2))
+  model = hf.load_model(path, mesh=mesh, rules=sharding.SAMPLE_RULES)
+  rows = sharding.batch_sharding(mesh)
+  cache = sampler.prefill(
+    model, jax.device_put(tokens, rows), jax.device_put(mask, rows)
+  )
+  rc = jax.jit(
+    lambda pc: sampler.round_cache(model, pc, slot_prompt, n, group=2, mesh=mesh)
+  )(cache)
+  assert rc.k[0].ndim == 5
+  assert tuple(rc.k[0].sharding.spec)[:3] == (None, sharding.BATCH_AXES, 'tensor')
+  got = sampler.sample_round(model, cache, slot_prompt, **kw)
+  np.testing.assert_array_equal(np.asarray(got.tokens), np.asarray(ref.tokens))
+  np.testing.assert_allclose(
+    np.asarray(got.logprobs), np.asarray(ref.logprobs), atol=1e-4
+  )
+
+
 def test_decode_round_makes_rope_tables_once_per_step(hf_models):
   """The round's compiled HLO has one cos (and one sin) in the loop and one before.
 
