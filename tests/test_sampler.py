@@ -269,7 +269,8 @@ def test_long_round_equals_full_forward(hf_models, group):
   1): each slot's prefix is scored whole from the round's transposed copy,
   and its own block-major response cache block by block up to the current
   one. The oracle is the full forward over prompt and response (dense
-  attention): every drawn token's log-prob equals it.
+  attention): every drawn token's log-prob equals it. With one slot per
+  prompt, `sample` (an aligned round) draws the same tokens.
   """
   tk = attention.DECODE_BLOCK_K
   p = n = 3 * tk
@@ -286,6 +287,13 @@ def test_long_round_equals_full_forward(hf_models, group):
   _assert_logprobs_equal_full_forward(
     model, tokens[slot_prompt], mask[slot_prompt], r, 0.7
   )
+  if group == 1:
+    # `sample`'s aligned round (each slot's prompt cache in place) draws the same.
+    a = sampler.sample(model, tokens, mask, **kw)
+    np.testing.assert_array_equal(np.asarray(a.tokens), np.asarray(r.tokens))
+    np.testing.assert_allclose(
+      np.asarray(a.logprobs), np.asarray(r.logprobs), atol=1e-5
+    )
 
 
 def test_sharded_long_round_equals_unsharded(hf_models):
