@@ -517,14 +517,15 @@ def round_cache_blocked(s: int, backend: str | None = None) -> bool:
   `decode_block`, S rounded up to whole blocks, `round_cache_len`): on CPU,
   for a cache the decode loop reads (more than DECODE_WHOLE_MAX_BLOCKS
   blocks). XLA:CPU copies a loop's dynamic slice before a product reads it;
-  a block of [B, G, S, K] is B·G strided pieces, and the copies were most of
-  the loop's time (one layer, 64 rows, prefix P = 256, 496 response keys
-  written: 3.8 of 5.5 ms). A block-major block is one contiguous slab, and
-  its keys [.., K, tk] are a product's right operand: the same layer, 4.9
-  -> 3.4 ms with 1 slot per prompt, 4.5 -> 2.5 with 8 (all four layers'
-  caches rotated, so none stays in cache). Not on TPU, where the slices are
-  fused into the reads and a minor dimension of tk = 64 would be padded to
-  the 128 lanes; there the cache stays [B, G, S, K].
+  a block of [B, G, S, K] is B·G strided pieces, and in a profiler trace the
+  copies took longer than all the layer's products together (one layer, 64
+  rows, prefix P = 256, 496 response keys written: 3.6-3.8 ms of copies
+  against about 3.1 ms of products). A block-major block is one contiguous
+  slab, and its keys [.., K, tk] are a product's right operand: the same
+  layer, 4.9 -> 4.0 ms with 1 slot per prompt, 3.7 -> 2.5 with 8 (all four
+  layers' caches rotated, so none stays in cache). Not on TPU, where the
+  slices are fused into the reads and a minor dimension of tk = 64 would be
+  padded to the 128 lanes; there the cache stays [B, G, S, K].
   """
   backend = backend or jax.default_backend()
   return backend == 'cpu' and not decode_reads_whole(s)
