@@ -47,9 +47,10 @@ through `attend`, with an implementation resolved statically by `resolve` from
            softmax carries on over the slot's own keys. Such a round's
            cache holds the keys it reads whole transposed, [.., K, S]: the
            prefix's always, its own where `round_keys_transposed`. On CPU a
-           round's own cache too long to read whole is block-major
-           (`round_cache_blocked`): keys [S/tk, B, G, K, tk], values
-           [S/tk, B, G, tk, K], so the loop's block is one contiguous slab.
+           round's own cache too long to read whole is held in blocks
+           (`round_cache_blocked`): a tuple of S/tk buffers, keys
+           [B, G, K, tk] and values [B, G, tk, K], each block read under a
+           `lax.cond` of its own, so a product reads its buffer in place.
   auto     splash on TPU when S == T and T >= CHUNKED_MIN_T, chunked
            elsewhere for T >= CHUNKED_MIN_T, dense below (short prompts, the
            tiny config's T = 64), decode for T = 1.
@@ -91,6 +92,9 @@ from jax.sharding import PartitionSpec
 from ada_jax.infra.mesh import BATCH_AXES
 
 Array = jax.Array
+# A round's own cache held in blocks (`round_cache_blocked`): S/tk buffers,
+# keys [B, G, K, tk] or values [B, G, tk, K].
+Blocks = tuple[Array, ...]
 
 IMPLEMENTATIONS = ('auto', 'dense', 'chunked', 'splash')
 # 'auto' goes blockwise from this many query tokens on. Below it the dense
@@ -213,8 +217,8 @@ def dense_mask(query_index: Array, kv_valid: Array) -> Array:
 
 def attend(
   q: Array,
-  k_cache: Array,
-  v_cache: Array,
+  k_cache: Array | Blocks,
+  v_cache: Array | Blocks,
   mask: AttentionMask,
   impl: str,
   dtype: Any,
@@ -233,7 +237,7 @@ def attend(
       [B/m, G, K, P] (transposed: a prefix is read whole) and values
       [B/m, G, P, K]. A cache with a shared prefix (a sampler round's) holds
       its own keys transposed, [B, G, K, S], where `round_keys_transposed`
-      says so, or is block-major (5-D, `round_cache_blocked`).
+      says so, or is held in blocks (`Blocks`, `round_cache_blocked`).
   """
   if impl == 'decode':
     prefix = None
@@ -503,7 +507,7 @@ def round_keys_transposed(s: int) -> bool:
   products about half the time of [S, K] (0.69 -> 0.37 ms per layer at
   B = 64, S = 96). The loop's dynamic slices of transposed keys cost more
   than they save (the long case's overall tokens/s fell 12%), so a longer
-  cache is [.., S, K], or block-major on CPU (`round_cache_blocked`). A
+  cache is [.., S, K], or in blocks on CPU (`round_cache_blocked`). A
   round's shared prefix is always read whole and held transposed (see
   `SharedPrefix`).
   """
@@ -511,28 +515,30 @@ def round_keys_transposed(s: int) -> bool:
 
 
 def round_cache_blocked(s: int, backend: str | None = None) -> bool:
-  """Whether a sampler round's own cache of S keys is block-major (5-D).
+  """Whether a sampler round's own cache of S keys is held in blocks (`Blocks`).
 
-  Keys [S/tk, B, G, K, tk] and values [S/tk, B, G, tk, K] (tk from
-  `decode_block`, S rounded up to whole blocks, `round_cache_len`): on CPU,
-  for a cache the decode loop reads (more than DECODE_WHOLE_MAX_BLOCKS
-  blocks). XLA:CPU copies a loop's dynamic slice before a product reads it;
-  a block of [B, G, S, K] is B·G strided pieces, and in a profiler trace the
-  copies took longer than all the layer's products together (one layer, 64
-  rows, prefix P = 256, 496 response keys written: 3.6-3.8 ms of copies
-  against about 3.1 ms of products). A block-major block is one contiguous
-  slab, and its keys [.., K, tk] are a product's right operand: the same
-  layer, 4.9 -> 4.0 ms with 1 slot per prompt, 3.7 -> 2.5 with 8 (all four
-  layers' caches rotated, so none stays in cache). Not on TPU, where the
-  slices are fused into the reads and a minor dimension of tk = 64 would be
-  padded to the 128 lanes; there the cache stays [B, G, S, K].
+  A tuple of S/tk buffers (tk from `decode_block`, S rounded up to whole
+  blocks, `round_cache_len`), keys [B, G, K, tk] and values [B, G, tk, K]:
+  on CPU, for a cache the decode loop reads (more than
+  DECODE_WHOLE_MAX_BLOCKS blocks). Each block is read under a `lax.cond` of
+  its own (taken while the block holds written keys), so its products read
+  the buffer in place. XLA:CPU copies a loop's dynamic slice before a
+  product reads it: in a profiler trace of [B, G, S, K] (one layer, 64 rows,
+  prefix P = 256, 496 response keys written) the copies took 3.6-3.8 ms
+  against about 3.1 ms of products; a block-major [S/tk, B, G, K, tk] array
+  made each copy one contiguous slab, and separate buffers drop the copy.
+  Response attention of one layer, 64 rows (caches of four layers rotated,
+  so none stays in cache), 16 -> 496 keys written: block-major loop 0.42 ->
+  2.10 ms, blocks under conds 0.13 -> 1.46. Not on TPU, where the slices
+  are fused into the reads and a minor dimension of tk = 64 would be padded
+  to the 128 lanes; there the cache stays [B, G, S, K].
   """
   backend = backend or jax.default_backend()
   return backend == 'cpu' and not decode_reads_whole(s)
 
 
 def round_cache_len(s: int, backend: str | None = None) -> int:
-  """Key slots of a round's own cache for S keys: whole blocks when block-major."""
+  """Key slots of a round's own cache for S keys: whole blocks when in blocks."""
   if not round_cache_blocked(s, backend):
     return s
   tk, nk = decode_block(s)
@@ -597,8 +603,8 @@ class SharedPrefix(NamedTuple):
 
 def decode_attention(
   q: Array,
-  k: Array,
-  v: Array,
+  k: Array | Blocks,
+  v: Array | Blocks,
   query_index: Array,
   kv_valid: Array,
   key_blocks: Array | None = None,
@@ -626,23 +632,23 @@ def decode_attention(
       only the rows' own tokens.
     keys_transposed: k is [B, G, K, S] (see `round_keys_transposed`).
 
-  A block-major cache (`round_cache_blocked`: k [S/tk, B, G, K, tk], v
-  [S/tk, B, G, tk, K], 5-D) is read block by block whatever its length;
-  its block width is its own (block_k, if given, must match).
+  A cache in blocks (`round_cache_blocked`: tuples of S/tk buffers, k
+  [B, G, K, tk], v [B, G, tk, K]) is read block by block whatever its
+  length; its block width is its own (block_k, if given, must match).
 
   Same visibility as dense (key s visible iff s <= query_index and
   kv_valid[s]; with a prefix, every valid prefix key too); keys outside the
   [first, end) blocks are never read.
   """
   b, t, h, kd = q.shape
-  blocked = k.ndim == 5
-  g, s = k.shape[2 if blocked else 1], kv_valid.shape[-1]
+  blocked = isinstance(k, tuple)
+  g, s = (k[0] if blocked else k).shape[1], kv_valid.shape[-1]
   r = h // g
   tk, _ = decode_block(s, block_k)
-  if blocked and (tk != k.shape[-1] or k.shape[0] * tk != s):
+  if blocked and (tk != k[0].shape[-1] or len(k) * tk != s):
     raise ValueError(
-      f'a block-major cache of {k.shape[0]} blocks of {k.shape[-1]} keys does not'
-      f' hold {s} keys in blocks of {tk}'
+      f'a cache of {len(k)} blocks of {k[0].shape[-1]} keys does not hold {s} keys'
+      f' in blocks of {tk}'
     )
   if key_blocks is None:
     key_blocks = decode_key_blocks(query_index, kv_valid, tk)
@@ -651,7 +657,7 @@ def decode_attention(
   if prefix is not None:
     carry = _prefix_carry(qb, prefix)
   if blocked:
-    _, total, acc = _blocked_loop(carry, qb, k, v, query_index, kv_valid, key_blocks)
+    _, total, acc = _block_conds(carry, qb, k, v, query_index, kv_valid, key_blocks)
   else:
     _, total, acc = _decode_loop(
       carry, qb, k, v, query_index, kv_valid, key_blocks, tk, keys_transposed
@@ -720,23 +726,34 @@ def _decode_loop(carry, qb, k, v, qi, valid, key_blocks, tk: int, keys_t=False):
   return jax.lax.fori_loop(key_blocks[0], key_blocks[1], body, carry)
 
 
-def _blocked_loop(carry, qb, k, v, qi, valid, key_blocks):
-  """Folds key blocks [first, end) of a block-major cache into carry (see `_decode_loop`).
+def _block_conds(carry, qb, k: Blocks, v: Blocks, qi, valid, key_blocks):
+  """Folds key blocks [first, end) of a cache in blocks into carry (see `_decode_loop`).
 
-  k [S/tk, B, G, K, tk], v [S/tk, B, G, tk, K]: block j is k[j], v[j], one
-  contiguous slab each; S is whole blocks, so no block is clamped.
+  k: S/tk buffers [B, G, K, tk], v: [B, G, tk, K]. Unrolled: block j is
+  folded under a `lax.cond` taken when first <= j < end, its buffers the
+  cond's operands, so the products read them in place (a loop would take
+  a dynamic slice of a stacked cache, which XLA:CPU copies first). The
+  program grows with S/tk (one cond per block and layer); only CPU rounds
+  use it.
   """
-  tk = k.shape[-1]
+  tk = k[0].shape[-1]
   dt = qb.dtype
 
-  def body(j, carry):
-    kb = jax.lax.dynamic_index_in_dim(k, j, 0, keepdims=False).astype(dt)
-    vb = jax.lax.dynamic_index_in_dim(v, j, 0, keepdims=False).astype(dt)
-    vis = jax.lax.dynamic_slice_in_dim(valid, j * tk, tk, axis=1)
-    scores, _ = _block_scores(qb, kb, qi, vis, j * tk, True)
-    return _online_step(carry, scores, vb, dt)
+  def fold(j):
+    def step(carry, kb, vb):
+      vis = valid[:, j * tk : (j + 1) * tk]
+      scores, _ = _block_scores(qb, kb.astype(dt), qi, vis, j * tk, True)
+      return _online_step(carry, scores, vb.astype(dt), dt)
 
-  return jax.lax.fori_loop(key_blocks[0], key_blocks[1], body, carry)
+    return step
+
+  def skip(carry, kb, vb):
+    return carry
+
+  for j, (kb, vb) in enumerate(zip(k, v, strict=True)):
+    taken = (key_blocks[0] <= j) & (j < key_blocks[1])
+    carry = jax.lax.cond(taken, fold(j), skip, carry, kb, vb)
+  return carry
 
 
 # ----------------------------------------------------------------- splash

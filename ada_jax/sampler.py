@@ -24,9 +24,10 @@ transposed when decode reads it whole: the prefix always ([.., K, P]), the
 response cache where `attention.round_keys_transposed` ([.., K, N]). The
 round copies the prompt's keys into that layout once, and every decode
 step's score product reads them as a matrix product's right operand. On CPU
-a response cache too long to read whole is block-major, [N/tk, S, G, K, tk]
-keys and [N/tk, S, G, tk, K] values (`attention.round_cache_blocked`): the
-decode loop's block is one contiguous slab.
+a response cache too long to read whole is held in blocks, per layer N/tk
+buffers of keys [S, G, K, tk] and values [S, G, tk, K]
+(`attention.round_cache_blocked`): decode reads each block's buffer in
+place.
 attention='dense' keeps the reference layout, a [S, G, P + N, K] cache per
 slot with the prompt copied in.
 The loop also carries the next step's RoPE tables (`step_rope`, made in the
@@ -118,18 +119,17 @@ def _tensor_if_divides(mesh, size: int) -> str | None:
   return 'tensor' if size % mesh.shape['tensor'] == 0 else None
 
 
-def _cache_sharding(mesh, rows: int, kv_heads: int, blocked: bool = False):
+def _cache_sharding(mesh, rows: int, kv_heads: int):
   """KV cache [rows, G, T, K]: rows over the data axes, KV heads over tensor.
 
   Heads stay where the tensor-split K/V projections put them: a cache
   replicated over tensor would be all-gathered at every generated token.
-  blocked: a block-major cache, [T/tk, rows, G, .., ..] (blocks not split).
+  A cache in blocks shards each block's buffer alike.
   """
   if mesh is None or rows % sharding_lib.data_parallel_size(mesh):
     return None
   heads = _tensor_if_divides(mesh, kv_heads)
-  spec = (sharding_lib.BATCH_AXES, heads, None, None)
-  return NamedSharding(mesh, PartitionSpec(*((None,) * blocked + spec)))
+  return NamedSharding(mesh, PartitionSpec(sharding_lib.BATCH_AXES, heads, None, None))
 
 
 def _logits_sharding(mesh, rows: int, vocab: int):
@@ -145,8 +145,11 @@ def _logits_sharding(mesh, rows: int, vocab: int):
   return NamedSharding(mesh, PartitionSpec(sharding_lib.BATCH_AXES, vocab_axis))
 
 
-def _constrain(x: Array, sh) -> Array:
-  return x if sh is None else jax.lax.with_sharding_constraint(x, sh)
+def _constrain(x, sh):
+  """Constrains x (an array, or a tuple of them: one sharding for all) to sh."""
+  if sh is None:
+    return x
+  return jax.tree.map(lambda a: jax.lax.with_sharding_constraint(a, sh), x)
 
 
 @functools.partial(jax.jit, static_argnums=(0, 1, 5))
@@ -343,7 +346,7 @@ def decode_step(
   Args:
     model: the policy.
     cache: the round's cache, [S, G, P + N, K] per layer, or [S, G, N, K]
-      after a shared prompt prefix (keys maybe transposed, or block-major:
+      after a shared prompt prefix (keys maybe transposed, or in blocks:
       see `round_cache`).
     prev: int [S], column i - 1's tokens, written at cache index p + i - 1
       (i - 1 after a shared prefix).
@@ -419,9 +422,9 @@ def round_cache(
   slots' own empty [S, G, N, K] response cache, the prefix's keys
   transposed ([.., K, P]: decode reads a prefix whole) and the response's
   ([S, G, K, N]) where `attention.round_keys_transposed` says so; on CPU a
-  response too long to read whole is block-major, keys [N'/tk, S, G, K, tk]
-  and values [N'/tk, S, G, tk, K] with N' = `attention.round_cache_len(N)`
-  (`attention.round_cache_blocked`).
+  response too long to read whole is held in blocks, per layer N'/tk
+  buffers of keys [S, G, K, tk] and values [S, G, tk, K] with
+  N' = `attention.round_cache_len(N)` (`attention.round_cache_blocked`).
   """
   s = slot_prompt.shape[0]
   kv_heads = model.config.num_kv_heads
@@ -463,17 +466,17 @@ def round_cache(
     pv = tuple(_constrain(prefix_rows(x), shp) for x in pc.v)
     hd, dt = model.config.head_dim, pc.k[0].dtype
     length = attention_lib.round_cache_len(n)
-    blocked = attention_lib.round_cache_blocked(n)
-    if blocked:
+    if attention_lib.round_cache_blocked(n):
       tk, nk = attention_lib.decode_block(length)
-      k_shape, v_shape = (nk, s, kv_heads, hd, tk), (nk, s, kv_heads, tk, hd)
+      response_k = tuple(jnp.zeros((s, kv_heads, hd, tk), dt) for _ in range(nk))
+      response_v = tuple(jnp.zeros((s, kv_heads, tk, hd), dt) for _ in range(nk))
     else:
       transposed = attention_lib.round_keys_transposed(n)
       k_shape = (s, kv_heads, *((hd, n) if transposed else (n, hd)))
-      v_shape = (s, kv_heads, n, hd)
-    sh_kv = _cache_sharding(mesh, s, kv_heads, blocked)
-    response_k = _constrain(jnp.zeros(k_shape, dt), sh_kv)
-    response_v = _constrain(jnp.zeros(v_shape, dt), sh_kv)
+      response_k = jnp.zeros(k_shape, dt)
+      response_v = jnp.zeros((s, kv_heads, n, hd), dt)
+    response_k = _constrain(response_k, sh4)
+    response_v = _constrain(response_v, sh4)
     # Every layer's prefix is taken before the empty response caches enter
     # the loop: without the barrier XLA held the all-gathered prompts of all
     # layers beside the 2L response buffers (1.5B at the paper's shapes on 32
@@ -522,9 +525,7 @@ def _round_jit(
   cache = round_cache(
     model, pc, slot_prompt, n, aligned=aligned, group=group, mesh=mesh
   )
-  sh_kv = _cache_sharding(
-    mesh, s, model.config.num_kv_heads, blocked=cache.k[0].ndim == 5
-  )
+  sh_kv = _cache_sharding(mesh, s, model.config.num_kv_heads)
   start_pos = rows(pc.lengths)
 
   def is_eos(tok):

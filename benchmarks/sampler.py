@@ -397,18 +397,21 @@ class _Round:
 
   def cache(self, i: int):
     """A fresh KVCache for step i (fresh buffers: the step donates them)."""
+    import jax
     import jax.numpy as jnp
 
     c, o = self._cache, self.offset
     # jnp.array copies (an empty .at[].set at i = 1 may return its input).
     # Every buffer copied, the shared prefix too (aligned rounds hold the
     # prompt cache itself there, which a donated step would delete).
+    # A tree map, not a tuple of jnp.array: a layer's cache may itself be a
+    # tuple of block buffers (`attention.round_cache_blocked`).
     return c._replace(
-      k=tuple(jnp.array(x) for x in c.k),
-      v=tuple(jnp.array(x) for x in c.v),
+      k=jax.tree.map(jnp.array, c.k),
+      v=jax.tree.map(jnp.array, c.v),
       valid=jnp.array(c.valid.at[:, o : o + i - 1].set(True)),
-      prefix_k=tuple(jnp.array(x) for x in c.prefix_k),
-      prefix_v=tuple(jnp.array(x) for x in c.prefix_v),
+      prefix_k=jax.tree.map(jnp.array, c.prefix_k),
+      prefix_v=jax.tree.map(jnp.array, c.prefix_v),
       prefix_valid=None if c.prefix_valid is None else jnp.array(c.prefix_valid),
     )
 

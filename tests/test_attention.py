@@ -221,9 +221,9 @@ def test_decode_with_shared_prefix_matches_dense_over_the_joined_cache(group, la
   prefix is read whole, without a loop, from its keys transposed
   ([.., K, P]). The response (13 keys, 4 blocks of 4) is held [.., S, K]
   ('plain'), with its keys [.., K, S] ('transposed', as a sampler round holds
-  a response it reads whole) or block-major ('blocked', as a round on CPU
-  holds a response the loop reads: [4, B, G, K, 4] and [4, B, G, 4, K], the
-  13 keys padded to 16).
+  a response it reads whole) or in blocks ('blocked', as a round on CPU
+  holds a response it reads block by block: tuples of 4 buffers [B, G, K, 4]
+  and [B, G, 4, K], the 13 keys padded to 16).
   """
   groups, h, g, k, p, n, tk = 4, 4, 2, 8, 21, 13, 4
   b = groups * group
@@ -258,11 +258,11 @@ def test_decode_with_shared_prefix_matches_dense_over_the_joined_cache(group, la
     pad = ((0, 0), (0, 0), (0, 16 - n), (0, 0))
     rk, rv = (np.pad(x, pad).reshape(b, g, 4, tk, k) for x in (rk, rv))
     rk, rv = rk.transpose(2, 0, 1, 4, 3), rv.transpose(2, 0, 1, 3, 4)
+    rk, rv = tuple(rk), tuple(rv)  # 4 buffers each.
     rvalid = np.pad(rvalid, ((0, 0), (0, 16 - n)))
 
   @jax.jit
-  def decode(q, rk, rv, rvalid, pk, pv, pvalid):
-    qi = jnp.full((b, 1), written - 1, jnp.int32)
+  def decode(q, rk, rv, rvalid, pk, pv, pvalid, qi):
     if layout == 'transposed':
       rk = jnp.swapaxes(rk, 2, 3)
     prefix = attention.SharedPrefix(jnp.swapaxes(pk, 2, 3), pv, pvalid)
@@ -277,20 +277,25 @@ def test_decode_with_shared_prefix_matches_dense_over_the_joined_cache(group, la
       keys_transposed=layout == 'transposed',
     )
 
-  args = (q, rk, rv, rvalid, pk, pv, pvalid)
+  args = (q, rk, rv, rvalid, pk, pv, pvalid, jnp.full((b, 1), written - 1, jnp.int32))
   got = decode(*args)
   np.testing.assert_allclose(np.asarray(got), ref, atol=1e-5)
-  # One loop, the response's (4 blocks): the prefix (6 blocks) is read whole,
-  # in one product (a block loop would read every block from the longest
-  # prompt's first one anyway).
-  assert decode.lower(*args).compile().as_text().count(' while(') == 1
-  if layout == 'blocked':
-    # A block-major cache's blocks are its own: another block size is an error.
-    with pytest.raises(ValueError, match='block-major cache of 4 blocks of 4 keys'):
+  hlo = decode.lower(*args).compile().as_text()
+  if layout != 'blocked':
+    # One loop, the response's (4 blocks): the prefix (6 blocks) is read
+    # whole, in one product (a block loop would read every block from the
+    # longest prompt's first one anyway).
+    assert hlo.count(' while(') == 1
+  else:
+    # No loop: one conditional per block (the query index is traced, so none
+    # folds away), each reading its buffers in place.
+    assert hlo.count(' while(') == 0 and hlo.count(' conditional(') == 4
+    # A cache's blocks are its own: another block size is an error.
+    with pytest.raises(ValueError, match='cache of 4 blocks of 4 keys does not'):
       attention.decode_attention(
         q,
-        jnp.asarray(rk),
-        jnp.asarray(rv),
+        tuple(map(jnp.asarray, rk)),
+        tuple(map(jnp.asarray, rv)),
         jnp.zeros((b, 1), jnp.int32),
         jnp.asarray(rvalid),
         block_k=8,

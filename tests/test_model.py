@@ -86,6 +86,34 @@ def test_incremental_decode_equals_full_forward(hf_models, variant, per_row_inde
     next_pos = next_pos + 1
 
 
+def test_write_kv_into_blocks_equals_a_whole_cache_split_into_blocks():
+  """A cache in blocks (a round's on CPU) holds what a [B, G, S, K] cache holds.
+
+  One token at a time at every index, the keys written transposed
+  ([B, G, K, tk] blocks) and the values not ([B, G, tk, K]); a block
+  untouched by a write keeps its contents (NaN stays NaN). More than one
+  token, or an index per row, is a named error.
+  """
+  b, g, k, tk, nb = 2, 3, 4, 4, 3
+  rng = np.random.RandomState(0)
+  new = rng.randn(nb * tk, b, 1, g, k).astype(np.float32)
+  kb = tuple(jnp.full((b, g, k, tk), jnp.nan) for _ in range(nb))
+  vb = tuple(jnp.full((b, g, tk, k), jnp.nan) for _ in range(nb))
+  whole = jnp.full((b, g, nb * tk, k), jnp.nan)
+  write = jax.jit(model_lib.write_kv)
+  for i in range(nb * tk - 1):  # The last slot stays unwritten.
+    kb, vb = write(kb, vb, new[i], -new[i], jnp.int32(i))
+    whole = model_lib.write_cache(whole, new[i].transpose(0, 2, 1, 3), jnp.int32(i), 2)
+    blocks = np.asarray(whole).reshape(b, g, nb, tk, k).transpose(2, 0, 1, 3, 4)
+    np.testing.assert_array_equal(np.stack(vb), -blocks)
+    np.testing.assert_array_equal(np.stack(kb), np.swapaxes(blocks, -1, -2))
+  two = np.concatenate([new[0], new[1]], axis=1)  # [B, 2, G, K]
+  with pytest.raises(ValueError, match='cache in blocks takes one token at one index'):
+    model_lib.write_kv(kb, vb, two, two, jnp.int32(0))
+  with pytest.raises(ValueError, match='cache in blocks takes one token at one index'):
+    model_lib.write_kv(kb, vb, new[0], new[0], jnp.zeros((b,), jnp.int32))
+
+
 def test_bf16_compute_gives_fp32_logits_close_to_fp32(hf_models):
   path, _ = hf_models['qwen2_untied']
   tokens, mask = hf_fixtures.left_padded_batch(np.random.RandomState(4), [8, 5], 8)

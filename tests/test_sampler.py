@@ -213,14 +213,15 @@ def test_prompt_cache_rounds_equal_plain_sample(hf_models):
 
 @pytest.mark.parametrize('group', [1, 2])
 def test_round_cache_layouts(hf_models, group):
-  """A round's prefix keys are [.., K, P]; its own cache is whole-read or block-major.
+  """A round's prefix keys are [.., K, P]; its own cache is whole-read or in blocks.
 
   The prefix keys are the prompt cache's keys of each group's prompt,
   transposed (a prefix is read whole at any length); values [.., P, K].
   A response of at most DECODE_WHOLE_MAX_BLOCKS blocks (read whole) holds
-  keys [S, G, K, N]; a longer one (read by the loop) is block-major on CPU,
-  keys [N'/tk, S, G, K, tk] and values [N'/tk, S, G, tk, K], N' = N rounded
-  up to whole blocks, its validity [S, N']. On TPU it stays [S, G, N, K].
+  keys [S, G, K, N]; a longer one (read block by block) is held in blocks
+  on CPU, per layer N'/tk buffers of keys [S, G, K, tk] and values
+  [S, G, tk, K], N' = N rounded up to whole blocks, its validity [S, N'].
+  On TPU it stays [S, G, N, K].
   The rounds' outputs are checked against transformers, `sample` and the
   full forward elsewhere in this file.
   """
@@ -256,8 +257,8 @@ def test_round_cache_layouts(hf_models, group):
         assert cache.v[layer].shape == (8, g, n, hd)
         assert cache.valid.shape == (8, n)
       else:
-        assert cache.k[layer].shape == (3, 8, g, hd, tk)
-        assert cache.v[layer].shape == (3, 8, g, tk, hd)
+        assert [x.shape for x in cache.k[layer]] == [(8, g, hd, tk)] * 3
+        assert [x.shape for x in cache.v[layer]] == [(8, g, tk, hd)] * 3
         assert cache.valid.shape == (8, 3 * tk)
 
 
@@ -267,8 +268,8 @@ def test_long_round_equals_full_forward(hf_models, group):
 
   P = N = 3 * DECODE_BLOCK_K, ragged prompts (the longest starts in block
   1): each slot's prefix is scored whole from the round's transposed copy,
-  and its own block-major response cache block by block up to the current
-  one. The oracle is the full forward over prompt and response (dense
+  and its own response cache, held in blocks, block by block up to the
+  current one. The oracle is the full forward over prompt and response (dense
   attention): every drawn token's log-prob equals it. With one slot per
   prompt, `sample` (an aligned round) draws the same tokens.
   """
@@ -297,10 +298,10 @@ def test_long_round_equals_full_forward(hf_models, group):
 
 
 def test_sharded_long_round_equals_unsharded(hf_models):
-  """A round with a block-major response (3 blocks) on a (2, 2, 2) mesh equals one device's.
+  """A round with its response in blocks (3) on a (2, 2, 2) mesh equals one device's.
 
-  The response cache [N/tk, S, G, K, tk] keeps its blocks whole on every
-  device: slots over the data axes, KV heads over tensor.
+  Each block's buffer [S, G, K, tk] is split like a whole cache: slots over
+  the data axes, KV heads over tensor.
   """
   n = 3 * attention.DECODE_BLOCK_K
   assert attention.round_cache_blocked(n)
@@ -324,8 +325,9 @@ def test_sharded_long_round_equals_unsharded(hf_models):
   rc = jax.jit(
     lambda pc: sampler.round_cache(model, pc, slot_prompt, n, group=2, mesh=mesh)
   )(cache)
-  assert rc.k[0].ndim == 5
-  assert tuple(rc.k[0].sharding.spec)[:3] == (None, sharding.BATCH_AXES, 'tensor')
+  assert len(rc.k[0]) == 3 and len(rc.v[0]) == 3
+  for block in (*rc.k[0], *rc.v[0]):
+    assert tuple(block.sharding.spec)[:2] == (sharding.BATCH_AXES, 'tensor')
   got = sampler.sample_round(model, cache, slot_prompt, **kw)
   np.testing.assert_array_equal(np.asarray(got.tokens), np.asarray(ref.tokens))
   np.testing.assert_allclose(

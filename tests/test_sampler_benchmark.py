@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 from flax import nnx
 
+from ada_jax import attention
 from ada_jax import model as model_lib
 
 _ROOT = str(Path(__file__).resolve().parents[1])
@@ -24,16 +25,21 @@ if _ROOT not in sys.path:
 from benchmarks import sampler as bench  # noqa: E402
 
 
-@pytest.mark.parametrize('slots, group', [(4, 1), (8, 2)])
-def test_round_harness_runs_every_piece(slots, group):
+@pytest.mark.parametrize(
+  'slots, group, n',
+  [(4, 1, 16), (8, 2, 16), (4, 1, 3 * attention.DECODE_BLOCK_K)],
+)
+def test_round_harness_runs_every_piece(slots, group, n):
+  """With n = 3 blocks, the long case's layout: a response held in blocks on CPU."""
   cfg = model_lib.ModelConfig('qwen2', 256, 64, 128, 2, 4, 2, 16, tie_embeddings=True)
   model = model_lib.Transformer(cfg, rngs=nnx.Rngs(0))
   tokens = np.ones((4, 8), np.int32)
   slot_prompt = np.repeat(np.arange(4), slots // 4)
-  r = bench._Round(model, tokens, tokens, slot_prompt, 16, group)
+  r = bench._Round(model, tokens, tokens, slot_prompt, n, group)
   assert (r._cache.prefix_valid is not None) and r._cache.prefix_k[0].shape[0] == 4
+  assert isinstance(r._cache.k[0], tuple) == attention.round_cache_blocked(n)
   # Steps at several columns reuse fresh copies of every buffer (donated).
-  assert all(r.step_time(i, 2) > 0 for i in (1, 5, 9, 5))
+  assert all(r.step_time(i, 2) > 0 for i in (1, 5, 9, 5, n - 1))
   pieces = bench.profile_pieces(r, 8, 2)
   assert {
     'proj+MLP',

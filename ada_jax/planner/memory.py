@@ -453,7 +453,7 @@ def plan(
       # The prompt's keys once per group ([S/m, G, P, K]; when aligned the
       # prompt cache itself, plus a transposed copy of its keys: decode
       # reads a prefix whole), the slots' own [S, G, N, K] response cache
-      # (N rounded up to whole blocks where it is block-major).
+      # (N rounded up to whole blocks where it is held in blocks).
       group = sampler.group_on_mesh(slots, group, dp)
       g_rows = _rows(slots // group, dp)
       prefix = g_rows * p * kv_layer
