@@ -527,11 +527,15 @@ def round_cache_blocked(s: int, backend: str | None = None) -> bool:
   prefix P = 256, 496 response keys written) the copies took 3.6-3.8 ms
   against about 3.1 ms of products; a block-major [S/tk, B, G, K, tk] array
   made each copy one contiguous slab, and separate buffers drop the copy.
-  Response attention of one layer, 64 rows (caches of four layers rotated,
-  so none stays in cache), 16 -> 496 keys written: block-major loop 0.42 ->
-  2.10 ms, blocks under conds 0.13 -> 1.46. Not on TPU, where the slices
-  are fused into the reads and a minor dimension of tk = 64 would be padded
-  to the 128 lanes; there the cache stays [B, G, S, K].
+  Response attention of one layer, 64 rows, 2 KV heads of 64 (caches of
+  four layers rotated, so none stays in cache), 16 -> 496 keys written, 4
+  quiet runs each (load 0.22-0.53): block-major loop 0.28-0.68 -> 2.06-2.10
+  ms, blocks under conds 0.17-0.23 -> 1.62-1.70. At 496 keys that reads 32
+  MB at about 20 GB/s on one core (numpy's sum: 23 GB/s on one of this
+  machine's cores): XLA:CPU ran two independent chains of conds (even and
+  odd blocks) no faster than one. Not on TPU, where the slices are fused
+  into the reads and a minor dimension of tk = 64 would be padded to the
+  128 lanes; there the cache stays [B, G, S, K].
   """
   backend = backend or jax.default_backend()
   return backend == 'cpu' and not decode_reads_whole(s)
