@@ -517,6 +517,7 @@ def _round_jit(
   s = slot_prompt.shape[0]
   live = slot_prompt >= 0
   p = pc.valid.shape[1]
+  sh4 = _cache_sharding(mesh, s, model.config.num_kv_heads)
   sh2 = _rows_sharding(mesh, s, 2)
 
   def rows(x):
@@ -525,7 +526,6 @@ def _round_jit(
   cache = round_cache(
     model, pc, slot_prompt, n, aligned=aligned, group=group, mesh=mesh
   )
-  sh_kv = _cache_sharding(mesh, s, model.config.num_kv_heads)
   start_pos = rows(pc.lengths)
 
   def is_eos(tok):
@@ -587,8 +587,8 @@ def _round_jit(
     # Keep slots split over the data axes through the loop (propagation alone
     # may pick a replicated layout for the carry).
     cache = cache._replace(
-      k=tuple(_constrain(x, sh_kv) for x in cache.k),
-      v=tuple(_constrain(x, sh_kv) for x in cache.v),
+      k=_constrain(cache.k, sh4),
+      v=_constrain(cache.v, sh4),
       valid=_constrain(cache.valid, sh2),
     )
     tokens, logps, mask = (_constrain(x, sh2) for x in (tokens, logps, mask))
