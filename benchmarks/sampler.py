@@ -34,7 +34,11 @@ with the same shapes, then the best of `--repeats` timed runs):
     have left it); tokens/s = S / mean step time. With a cache read whole at
     every step the two quarters cost the same; with decode reading only the
     written part the last quarter is slower. The step excludes the loop's
-    bookkeeping, so its tokens/s run above the overall figure;
+    bookkeeping, so its tokens/s run above the overall figure. Beside it,
+    the rate of the reads the last quarter adds: the response bytes its
+    steps read beyond the first quarter's, over the added step time, against
+    XLA:CPU's own row sum over 256 MB (a pure stream of reads) in a fresh
+    process pinned to one core, and on all cores;
   * --profile (ours): where a decode step's time goes, case A (B=64) and the
     RL case, at column N/2: each piece jitted on its own with the step's
     shapes and dtypes, best of --profile-repeats (see `profile_pieces`).
@@ -154,6 +158,45 @@ def matmul_peak(n: int = 2048, repeats: int = 5) -> float:
   dot(a, b).block_until_ready()
   best = min(_wall(lambda: dot(a, b).block_until_ready()) for _ in range(repeats))
   return 2 * n**3 / best
+
+
+# XLA's row sum over arrays well past the caches: a stream of reads and
+# nothing else, the rate a decode product that only reads could reach.
+_STREAM = """
+import sys, time
+import jax, jax.numpy as jnp
+mb, arrays = int(sys.argv[1]), 8
+xs = [jnp.full((mb * 2**20 // (4 * 64 * arrays), 64), j, jnp.float32) for j in range(arrays)]
+f = jax.jit(lambda x: x.sum(-1))
+for x in xs:
+  f(x).block_until_ready()
+best = float('inf')
+for _ in range(5):
+  t0 = time.perf_counter()
+  for x in xs:
+    y = f(x)
+  y.block_until_ready()
+  best = min(best, time.perf_counter() - t0)
+print(sum(x.nbytes for x in xs) / best)
+"""
+
+
+def stream_rate(one_core: bool, mb: int = 256) -> float:
+  """Bytes/s of XLA:CPU's row sum over mb MB, in a fresh process.
+
+  one_core: the process pinned to one of this process's CPUs (XLA:CPU runs
+  the decode products on one core; this is that core's own stream).
+  """
+  cpu = min(os.sched_getaffinity(0))
+  out = subprocess.run(
+    [sys.executable, '-c', _STREAM, str(mb)],
+    capture_output=True,
+    text=True,
+    check=True,
+    env={**os.environ, 'JAX_PLATFORMS': 'cpu'},
+    preexec_fn=(lambda: os.sched_setaffinity(0, {cpu})) if one_core else None,
+  )
+  return float(out.stdout.split()[-1])
 
 
 _START = time.perf_counter()
@@ -450,6 +493,20 @@ class _Round:
 
     return functools.partial(step, state)
 
+  def read_bytes(self, i: int) -> int | None:
+    """Bytes of the round's own cache that the step at column i reads.
+
+    Blocks of tk keys up to the step's query (cache index offset + i - 1),
+    keys and values of every layer; None for a cache read whole (the same
+    bytes at every column).
+    """
+    k, v = self._cache.k, self._cache.v
+    if not isinstance(k[0], tuple):
+      return None
+    tk = k[0][0].shape[-1]
+    block = sum(kb[0].nbytes + vb[0].nbytes for kb, vb in zip(k, v, strict=True))
+    return -(-(self.offset + i) // tk) * block
+
   def step_time(self, i: int, repeats: int) -> float:
     """Best time of one decode step at column i (cache donated and fed back)."""
     import jax.numpy as jnp
@@ -715,8 +772,29 @@ def run_long(
     cols = [first + (2 * j + 1) * n // 32 for j in range(4)]
     log(f'ours: long response, steps at columns {cols}')
     times = [r.step_time(i, args.profile_repeats) for i in cols]
-    res[name] = {'columns': cols, 'step_s': times, 'tok_s': s / float(np.mean(times))}
+    res[name] = {
+      'columns': cols,
+      'step_s': times,
+      'tok_s': s / float(np.mean(times)),
+      'read_bytes': [r.read_bytes(i) for i in cols],
+    }
+  log('ours: long response, the stream rate of one core and of all')
+  res['stream'] = {'one_core': stream_rate(True), 'all_cores': stream_rate(False)}
   return res
+
+
+def read_rate(res: dict[str, Any]) -> tuple[float, float, float] | None:
+  """(added bytes, added seconds, bytes/s) per step, first quarter to last.
+
+  The rate at which the step's added response reads ran (the rest of a step
+  does not grow with the column); None for a cache read whole.
+  """
+  first, last = res['first quarter'], res['last quarter']
+  if None in first['read_bytes'] + last['read_bytes']:
+    return None
+  added = float(np.mean(last['read_bytes']) - np.mean(first['read_bytes']))
+  secs = float(np.mean(last['step_s']) - np.mean(first['step_s']))
+  return added, secs, added / secs
 
 
 def print_long(res: dict[str, Any]) -> None:
@@ -736,6 +814,15 @@ def print_long(res: dict[str, Any]) -> None:
     print(
       f'  {name} (`decode_step` at columns {q["columns"]}): {q["tok_s"]:8.0f} tok/s'
       f' (step {np.mean(q["step_s"]) * 1e3:.2f} ms)'
+    )
+  rate, stream = read_rate(res), res.get('stream')
+  if rate and stream:
+    added, secs, bps = rate
+    print(
+      f'  last quarter over first: +{added / 1e6:.0f} MB of response read a step in'
+      f" +{secs * 1e3:.2f} ms, {bps / 1e9:.1f} GB/s; XLA's row sum streams"
+      f' {stream["one_core"] / 1e9:.1f} GB/s on one core, {stream["all_cores"] / 1e9:.1f}'
+      f' on all {len(os.sched_getaffinity(0))}'
     )
 
 

@@ -11,6 +11,7 @@ the harness fails here and not in a benchmark run.
 import sys
 from pathlib import Path
 
+import jax
 import numpy as np
 import pytest
 from flax import nnx
@@ -50,3 +51,39 @@ def test_round_harness_runs_every_piece(slots, group, n):
     'step',
   } <= set(pieces)
   assert bench.round_step_time(r, 2) > 0
+
+
+def test_read_bytes_follow_the_written_blocks():
+  """The long case's read rate counts the blocks a step at column i sees.
+
+  Step i queries the column it writes, cache index i - 1 (the response
+  starts at 0 under a shared prefix; `sampler.decode_step`), so it reads
+  blocks 0 .. (i - 1) // tk: one block's bytes more each time i passes a
+  multiple of tk. A cache read whole has no growth to count.
+  """
+  tk = attention.DECODE_BLOCK_K
+  cfg = model_lib.ModelConfig('qwen2', 256, 64, 128, 2, 4, 2, 16, tie_embeddings=True)
+  model = model_lib.Transformer(cfg, rngs=nnx.Rngs(0))
+  tokens = np.ones((4, 8), np.int32)
+  r = bench._Round(model, tokens, tokens, np.arange(4), 3 * tk)
+  # One block of every layer, keys and values: what a step at a new block
+  # adds. layers x K/V x slots x G x K x tk x fp32; the cache holds 3.
+  block = 2 * 2 * 4 * 2 * 16 * tk * 4
+  assert sum(x.nbytes for x in jax.tree.leaves((r._cache.k, r._cache.v))) == 3 * block
+  got = [r.read_bytes(i) for i in (1, tk, tk + 1, 2 * tk, 2 * tk + 1, 3 * tk)]
+  assert got == [block, block, 2 * block, 2 * block, 3 * block, 3 * block]
+  whole = bench._Round(model, tokens, tokens, np.arange(4), 16)
+  assert whole.read_bytes(9) is None
+  res = {
+    'first quarter': {'read_bytes': [block, block], 'step_s': [1e-3, 1e-3]},
+    'last quarter': {'read_bytes': [3 * block, 3 * block], 'step_s': [2e-3, 3e-3]},
+  }
+  assert bench.read_rate(res) == pytest.approx((2 * block, 1.5e-3, 2 * block / 1.5e-3))
+  res['first quarter']['read_bytes'] = [None, None]
+  assert bench.read_rate(res) is None
+
+
+def test_stream_rate_runs_pinned_and_free():
+  """The stream figure comes back from a fresh process, pinned or not."""
+  assert bench.stream_rate(True, mb=8) > 1e8
+  assert bench.stream_rate(False, mb=8) > 1e8
