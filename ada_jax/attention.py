@@ -531,11 +531,14 @@ def round_cache_blocked(s: int, backend: str | None = None) -> bool:
   four layers rotated, so none stays in cache), 16 -> 496 keys written, 4
   quiet runs each (load 0.22-0.53): block-major loop 0.28-0.68 -> 2.06-2.10
   ms, blocks under conds 0.17-0.23 -> 1.62-1.70. At 496 keys that reads 32
-  MB at about 20 GB/s on one core (numpy's sum: 23 GB/s on one of this
-  machine's cores): XLA:CPU ran two independent chains of conds (even and
-  odd blocks) no faster than one. Not on TPU, where the slices are fused
-  into the reads and a minor dimension of tk = 64 would be padded to the
-  128 lanes; there the cache stays [B, G, S, K].
+  MB at 20-25 GB/s on one core. Pinned to one core, the products alone
+  stream 26-32 GB/s, as fast as XLA's own row sum over the same bytes
+  (27-32); the softmax between them takes the rest. XLA:CPU runs these
+  small batched products on one core, and ran two independent chains of
+  conds (even and odd blocks, or halves of the rows) no faster than one.
+  Not on TPU, where the slices are fused into the reads and a minor
+  dimension of tk = 64 would be padded to the 128 lanes; there the cache
+  stays [B, G, S, K].
   """
   backend = backend or jax.default_backend()
   return backend == 'cpu' and not decode_reads_whole(s)
