@@ -31,7 +31,8 @@ with the same shapes, then the best of `--repeats` timed runs):
     (`sampler.round_cache`), the cache donated so its writes are in place as in the
     loop, at four columns i, the middles of the quarter's fourths (cache
     validity marks the prompt and columns < i - 1 written, as the loop would
-    have left it); tokens/s = S / mean step time. With a cache read whole at
+    have left it), the two quarters' columns measured alternately, 3 rounds,
+    each column's best (`quarter_steps`); tokens/s = S / mean step time. With a cache read whole at
     every step the two quarters cost the same; with decode reading only the
     written part the last quarter is slower. The step excludes the loop's
     bookkeeping, so its tokens/s run above the overall figure. Beside it,
@@ -107,6 +108,7 @@ CASE_A = dict(width=32, min_len=16, max_len=32, rows=(64, 256))
 CASE_B = dict(prompts=64, width=256, rounds=4, samples=8)
 SANITY_ROWS, SANITY_NEW = 8, 8
 LONG = dict(prompts=64, width=256, new_tokens=512)
+LONG_ROUNDS = 3
 PROFILE_REPEATS = 15
 TARGET_A, TARGET_B = 1.3, 2.0
 
@@ -437,6 +439,7 @@ class _Round:
     )(self.pc, self.slot_prompt)
     # With a shared prefix the cache holds the response from index 0.
     self.offset = 0 if self._cache.prefix_valid is not None else self.p
+    self._step = None
 
   def cache(self, i: int):
     """A fresh KVCache for step i (fresh buffers: the step donates them)."""
@@ -462,8 +465,14 @@ class _Round:
     """The jitted decode step (`sampler.decode_step`), the cache donated.
 
     Donated like the loop's carry, so the cache writes are in place as in the
-    loop and not a copy of the whole cache per call.
+    loop and not a copy of the whole cache per call. Built once per round:
+    the column is an argument, so every column runs the one executable.
     """
+    if self._step is None:
+      self._step = self._build_step()
+    return self._step
+
+  def _build_step(self):
     import functools
 
     import jax
@@ -768,19 +777,44 @@ def run_long(
   log('ours: long response, whole rounds')
   res: dict[str, Any] = {'overall': timed(call, args.rl_repeats)}
   r = _Round(model, tok, mask, np.arange(s), n)
-  for name, first in (('first quarter', 1), ('last quarter', 1 + 3 * n // 4)):
-    cols = [first + (2 * j + 1) * n // 32 for j in range(4)]
-    log(f'ours: long response, steps at columns {cols}')
-    times = [r.step_time(i, args.profile_repeats) for i in cols]
-    res[name] = {
-      'columns': cols,
-      'step_s': times,
-      'tok_s': s / float(np.mean(times)),
-      'read_bytes': [r.read_bytes(i) for i in cols],
-    }
+  res.update(quarter_steps(r, n, s, args.profile_repeats, LONG_ROUNDS))
   log('ours: long response, the stream rate of one core and of all')
   res['stream'] = {'one_core': stream_rate(True), 'all_cores': stream_rate(False)}
   return res
+
+
+def quarter_steps(
+  r: _Round, n: int, slots: int, repeats: int, rounds: int
+) -> dict[str, dict[str, Any]]:
+  """Step times at four columns of the first and of the last quarter of n.
+
+  The columns are the middles of each quarter's fourths. The two quarters'
+  columns are measured alternately (first, last, first, ...), `rounds`
+  times over, and each column keeps its best, so that both quarters see
+  the same spells of the machine. Measured one quarter after the other,
+  once, three quiet runs of one tree gave ratios of 1.22, 1.41 and 1.34,
+  the first quarter's step alone moving between 12.2 and 13.5 ms.
+  """
+  cols = {
+    name: [first + (2 * j + 1) * n // 32 for j in range(4)]
+    for name, first in (('first quarter', 1), ('last quarter', 1 + 3 * n // 4))
+  }
+  order = [c for pair in zip(*cols.values(), strict=True) for c in pair]
+  best = dict.fromkeys(order, float('inf'))
+  for k in range(rounds):
+    log(f'ours: long response, steps at columns {order} ({k + 1} of {rounds})')
+    for i in order:
+      best[i] = min(best[i], r.step_time(i, repeats))
+  out = {}
+  for name, cs in cols.items():
+    times = [best[i] for i in cs]
+    out[name] = {
+      'columns': cs,
+      'step_s': times,
+      'tok_s': slots / float(np.mean(times)),
+      'read_bytes': [r.read_bytes(i) for i in cs],
+    }
+  return out
 
 
 def read_rate(res: dict[str, Any]) -> tuple[float, float, float] | None:

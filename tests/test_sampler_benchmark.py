@@ -87,3 +87,34 @@ def test_stream_rate_runs_pinned_and_free():
   """The stream figure comes back from a fresh process, pinned or not."""
   assert bench.stream_rate(True, mb=8) > 1e8
   assert bench.stream_rate(False, mb=8) > 1e8
+
+
+class _FakeRound:
+  """Records the columns it is timed at; column i's k-th timing is times[i][k]."""
+
+  def __init__(self, times):
+    self.times, self.calls = times, []
+
+  def step_time(self, i, repeats):
+    self.calls.append(i)
+    return self.times[i][self.calls.count(i) - 1]
+
+  def read_bytes(self, i):
+    return 10 * i
+
+
+def test_quarter_steps_alternate_the_quarters_and_keep_each_columns_best():
+  n, rounds = 64, 3
+  first, last = [3, 7, 11, 15], [51, 55, 59, 63]
+  # Column i: 1 ms + i us in rounds 1 and 3; round 2 is 0.5 ms faster.
+  times = {
+    i: [1e-3 + i * 1e-6, 0.5e-3 + i * 1e-6, 1e-3 + i * 1e-6] for i in first + last
+  }
+  r = _FakeRound(times)
+  out = bench.quarter_steps(r, n, 8, 1, rounds)
+  assert r.calls == [3, 51, 7, 55, 11, 59, 15, 63] * rounds
+  assert out['first quarter']['columns'] == first
+  assert out['last quarter']['columns'] == last
+  assert out['first quarter']['step_s'] == [0.5e-3 + i * 1e-6 for i in first]
+  assert out['last quarter']['read_bytes'] == [10 * i for i in last]
+  assert out['last quarter']['tok_s'] == pytest.approx(8 / (0.5e-3 + 57e-6))
