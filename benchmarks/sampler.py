@@ -165,9 +165,11 @@ def matmul_peak(n: int = 2048, repeats: int = 5) -> float:
 # XLA's row sum over arrays well past the caches: a stream of reads and
 # nothing else, the rate a decode product that only reads could reach.
 _STREAM = """
-import sys, time
+import os, sys, time
+mb, cpu, arrays = int(sys.argv[1]), int(sys.argv[2]), 8
+if cpu >= 0:
+  os.sched_setaffinity(0, {cpu})  # before jax starts its threads
 import jax, jax.numpy as jnp
-mb, arrays = int(sys.argv[1]), 8
 xs = [jnp.full((mb * 2**20 // (4 * 64 * arrays), 64), j, jnp.float32) for j in range(arrays)]
 f = jax.jit(lambda x: x.sum(-1))
 for x in xs:
@@ -179,7 +181,7 @@ for _ in range(5):
     y = f(x)
   y.block_until_ready()
   best = min(best, time.perf_counter() - t0)
-print(sum(x.nbytes for x in xs) / best)
+print(len(os.sched_getaffinity(0)), sum(x.nbytes for x in xs) / best)
 """
 
 
@@ -187,18 +189,21 @@ def stream_rate(one_core: bool, mb: int = 256) -> float:
   """Bytes/s of XLA:CPU's row sum over mb MB, in a fresh process.
 
   one_core: the process pinned to one of this process's CPUs (XLA:CPU runs
-  the decode products on one core; this is that core's own stream).
+  the decode products on one core; this is that core's own stream). The
+  child pins itself: a preexec_fn would fork this multithreaded process.
   """
-  cpu = min(os.sched_getaffinity(0))
+  cpu = min(os.sched_getaffinity(0)) if one_core else -1
   out = subprocess.run(
-    [sys.executable, '-c', _STREAM, str(mb)],
+    [sys.executable, '-c', _STREAM, str(mb), str(cpu)],
     capture_output=True,
     text=True,
     check=True,
     env={**os.environ, 'JAX_PLATFORMS': 'cpu'},
-    preexec_fn=(lambda: os.sched_setaffinity(0, {cpu})) if one_core else None,
   )
-  return float(out.stdout.split()[-1])
+  cpus, rate = out.stdout.split()[-2:]
+  if one_core and int(cpus) != 1:
+    raise RuntimeError(f'the stream process ran on {cpus} CPUs, not pinned to one')
+  return float(rate)
 
 
 _START = time.perf_counter()
