@@ -32,14 +32,15 @@ with the same shapes, then the best of `--repeats` timed runs):
     loop, at four columns i, the middles of the quarter's fourths (cache
     validity marks the prompt and columns < i - 1 written, as the loop would
     have left it), the two quarters' columns measured alternately, 3 rounds,
-    each column's best (`quarter_steps`); tokens/s = S / mean step time. With a cache read whole at
-    every step the two quarters cost the same; with decode reading only the
-    written part the last quarter is slower. The step excludes the loop's
-    bookkeeping, so its tokens/s run above the overall figure. Beside it,
-    the rate of the reads the last quarter adds: the response bytes its
-    steps read beyond the first quarter's, over the added step time, against
-    XLA:CPU's own row sum over 256 MB (a pure stream of reads) in a fresh
-    process pinned to one core, and on all cores;
+    each column's best (`quarter_steps`); tokens/s = S / mean step time.
+    With a cache read whole at every step the two quarters cost the same;
+    with decode reading only the written part the last quarter is slower.
+    The step excludes the loop's bookkeeping, so its tokens/s run above the
+    overall figure. Beside it, the rate of the reads the last quarter adds:
+    the response bytes its steps read beyond the first quarter's, over the
+    added step time, against XLA:CPU's own row sum over 256 MB (a pure
+    stream of reads) in a fresh process pinned to one core, and on all
+    cores;
   * --profile (ours): where a decode step's time goes, case A (B=64) and the
     RL case, at column N/2: each piece jitted on its own with the step's
     shapes and dtypes, best of --profile-repeats (see `profile_pieces`).
