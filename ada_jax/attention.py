@@ -89,6 +89,7 @@ import jax
 import jax.numpy as jnp
 from jax.sharding import PartitionSpec
 
+from ada_jax.infra import platforms
 from ada_jax.infra.mesh import BATCH_AXES
 
 Array = jax.Array
@@ -150,10 +151,11 @@ class AttentionMask(NamedTuple):
   prefix_valid: Array | None = None
 
 
-def resolve(attention: str, t: int, s: int, backend: str | None = None) -> str:
+def resolve(attention: str, t: int, s: int, platform: str | None = None) -> str:
   """The implementation ('dense' | 'chunked' | 'splash' | 'decode') for T queries, S keys.
 
-  Static: depends on the config string, the shapes and the backend only.
+  Static: depends on the config string, the shapes and the target platform
+  only (`infra.platforms`; '' or None: the running backend).
   Decode (T = 1 against S > 1 keys) reads only the written key blocks
   ('decode') unless the config asks for dense everywhere (the reference);
   splash needs S == T (no
@@ -173,8 +175,9 @@ def resolve(attention: str, t: int, s: int, backend: str | None = None) -> str:
     return 'splash' if s == t else 'chunked'
   if t < CHUNKED_MIN_T:
     return 'dense'
-  backend = backend or jax.default_backend()
-  return 'splash' if backend == 'tpu' and s == t else 'chunked'
+  if s != t:
+    return 'chunked'
+  return platforms.get(platform).long_attention
 
 
 def make_mask(
@@ -223,6 +226,7 @@ def attend(
   impl: str,
   dtype: Any,
   prefix_kv: tuple[Array, Array] | None = None,
+  platform: str | None = None,
 ) -> Array:
   """Attention output [B, T, H, K] in `dtype`.
 
@@ -238,6 +242,7 @@ def attend(
       [B/m, G, P, K]. A cache with a shared prefix (a sampler round's) holds
       its own keys transposed, [B, G, K, S], where `round_keys_transposed`
       says so, or is held in blocks (`Blocks`, `round_cache_blocked`).
+    platform: the target platform (splash's interpret mode).
   """
   if impl == 'decode':
     prefix = None
@@ -263,7 +268,7 @@ def attend(
       raise ValueError(f'splash needs S == T, got S={k.shape[2]}, T={q.shape[1]}')
     # S == T: this call wrote every slot from index 0, so validity is the
     # token mask and cache order is sequence order.
-    return splash_attention(q, k, v, mask.kv_valid.astype(jnp.int32))
+    return splash_attention(q, k, v, mask.kv_valid.astype(jnp.int32), platform=platform)
   raise ValueError(f'unknown attention implementation {impl!r}')
 
 
@@ -514,7 +519,7 @@ def round_keys_transposed(s: int) -> bool:
   return decode_reads_whole(s)
 
 
-def round_cache_blocked(s: int, backend: str | None = None) -> bool:
+def round_cache_blocked(s: int, platform: str | None = None) -> bool:
   """Whether a sampler round's own cache of S keys is held in blocks (`Blocks`).
 
   A tuple of S/tk buffers (tk from `decode_block`, S rounded up to whole
@@ -540,13 +545,12 @@ def round_cache_blocked(s: int, backend: str | None = None) -> bool:
   dimension of tk = 64 would be padded to the 128 lanes; there the cache
   stays [B, G, S, K].
   """
-  backend = backend or jax.default_backend()
-  return backend == 'cpu' and not decode_reads_whole(s)
+  return platforms.get(platform).round_cache_blocked and not decode_reads_whole(s)
 
 
-def round_cache_len(s: int, backend: str | None = None) -> int:
+def round_cache_len(s: int, platform: str | None = None) -> int:
   """Key slots of a round's own cache for S keys: whole blocks when in blocks."""
-  if not round_cache_blocked(s, backend):
+  if not round_cache_blocked(s, platform):
     return s
   tk, nk = decode_block(s)
   return tk * nk
@@ -812,9 +816,9 @@ def _splash_kernel(heads: int, tp: int, interpret: bool):
   )
 
 
-def _splash_interpret() -> bool:
-  """Pallas interpret mode off TPU (a test seam: cross-lowering sets False)."""
-  return jax.default_backend() != 'tpu'
+def _splash_interpret(platform: str | None = None) -> bool:
+  """Pallas interpret mode where the target platform cannot compile the kernel."""
+  return not platforms.get(platform).splash_compiled
 
 
 def _splash_local(kernel, q: Array, k: Array, v: Array, seg: Array) -> Array:
@@ -845,6 +849,7 @@ def splash_attention(
   *,
   interpret: bool | None = None,
   mesh: Any = None,
+  platform: str | None = None,
 ) -> Array:
   """Causal splash attention: q [B, T, H, K], k/v [B, G, T, K] -> [B, T, H, K].
 
@@ -853,14 +858,16 @@ def splash_attention(
     k: keys, cache layout.
     v: values, cache layout.
     segment_ids: int [B, T] (see `splash_segment_ids`; 0 padding, 1 real).
-    interpret: Pallas interpret mode; default: off TPU.
+    interpret: Pallas interpret mode; default: where the target platform
+      cannot compile the kernel (`infra.platforms`).
     mesh: shard over this mesh; default: the mesh of q's sharding, if any
       with axes ('data', 'fsdp', 'tensor'); none: one local call.
+    platform: the target platform ('' or None: the running backend).
   """
   b, t, h, kd = q.shape
   g = k.shape[1]
   dt = q.dtype
-  interpret = _splash_interpret() if interpret is None else interpret
+  interpret = _splash_interpret(platform) if interpret is None else interpret
   tp, _ = splash_block(t)
   # The kernel does not scale: fold 1/sqrt(K) into q (in fp32, then back).
   qh = (q.astype(jnp.float32) / math.sqrt(kd)).astype(dt).transpose(0, 2, 1, 3)

@@ -152,7 +152,13 @@ def _rules() -> dict[str, Rule]:
     'seed': Int(),
     'mesh.data': axis,
     'mesh.fsdp': axis,
-    'mesh.tensor': axis,
+    'mesh.tensor': Int(
+      1,
+      also=(-1, 0),
+      why='-1 takes the devices left over; 0: the plan picks the smallest '
+      'that fits (planner/layout.py)',
+    ),
+    'pod': Rule(str, why='a TPU slice (e.g. v5p-64) or empty', check=_pod_problem),
     'model.max_position_embeddings': Int(0, why="0 keeps the checkpoint's"),
     'model.hf_path': STR,
     'model.tokenizer_path': STR,
@@ -202,7 +208,7 @@ def _rules() -> dict[str, Rule]:
     'rl.weight_decay': Float(0.0),
     'rl.grad_clip': Float(0.0, lo_open=True),
     'rl.mini_batch_rows': positive,
-    'rl.micro_batch_rows': positive,
+    'rl.micro_batch_rows': Int(0, why='0: one row per batch shard (data x fsdp)'),
     'rl.epochs': positive,
     'rl.clip_low': Float(0.0, 1.0, hi_open=True),
     'rl.clip_high': Float(0.0),
@@ -337,6 +343,18 @@ def max_positions(c: Any) -> int:
   return int(c.model.tiny.max_positions)
 
 
+def _pod_problem(value: str) -> str | None:
+  if not value:
+    return None
+  from ada_jax.infra import tpu_pods
+
+  try:
+    tpu_pods.pod(value)
+  except ValueError as e:
+    return str(e)
+  return None
+
+
 def _cross_model(c: Any) -> None:
   from etils import epath
 
@@ -450,12 +468,21 @@ def _cross_rl(c: Any) -> None:
 CROSS_RULES: tuple[Callable[[Any], None], ...] = (_cross_model, _cross_data, _cross_rl)
 
 
-def validate(c: Any) -> None:
+def validate(c: Any, resolve: Callable[[Any], None] | None = None) -> None:
   """Every key's rule, then the rules across keys; nothing is written.
+
+  Args:
+    c: the config.
+    resolve: fills the keys left to a rule (`mesh.tensor` or
+      `rl.micro_batch_rows` of 0: `from_config.resolve_layout`), after the
+      keys' own rules and the model's, before the rules across keys.
 
   Raises:
     ConfigError: (a ValueError) one line naming the key and what it accepts.
   """
   check_keys(c)
+  _cross_model(c)
+  if resolve is not None:
+    resolve(c)
   for rule in CROSS_RULES:
     rule(c)

@@ -152,8 +152,129 @@ def load(spec: str, overrides: Sequence[str] = ()) -> Any:
 
 
 def validate(c: Any) -> None:
-  """All of `config_rules` (one line naming the key); nothing is written."""
-  config_rules.validate(c)
+  """All of `config_rules` (one line naming the key); nothing is written.
+
+  The layout keys left to the plan's rule (`mesh.tensor` or
+  `rl.micro_batch_rows` of 0) are resolved in place first, on this
+  machine's devices (`resolve_layout`).
+  """
+  config_rules.validate(c, resolve=resolve_layout)
+
+
+def step_shapes(c: Any, cfg: Any = None, eval_new_tokens: int = 4096) -> Any:
+  """The planner's StepShapes of a config (R from the controller's max_rows).
+
+  eval_new_tokens: what `python -m ada_jax.evaluate` generates, capped by
+  the model's positions minus the prompt bucket.
+  """
+  from ada_jax.planner import memory as memory_plan
+  from ada_jax.rl import update
+
+  rl = c.rl
+  rows = controller(c).max_rows(rl.prompts_per_step)
+  bucket = c.data.prompt_bucket
+  if cfg is not None:
+    eval_new_tokens = min(eval_new_tokens, cfg.max_position_embeddings - bucket)
+  return memory_plan.StepShapes(
+    prompts=rl.prompts_per_step,
+    prompt_len=bucket,
+    new_tokens=c.sampling.max_new_tokens,
+    slots=rl.slots,
+    max_rounds=rl.max_rounds,
+    rows=rows,
+    mini_batch_rows=rl.mini_batch_rows,
+    micro_batch_rows=rl.micro_batch_rows,
+    eval_new_tokens=eval_new_tokens,
+    logit_chunk=update.LOGIT_CHUNK,
+    histogram_k=rl.histogram_k,
+    greedy_eval=bool(c.data.eval_split),
+    slot_group=controller(c).slot_group,
+  )
+
+
+def pod_memory(c: Any) -> tuple[str | None, float | None]:
+  """(chip generation, HBM bytes per device) the layout rule plans for.
+
+  The `pod` key's chip when set, else the attached devices' own limit
+  (`memory_stats`), else none (a CPU host: nothing is refused).
+  """
+  if c.get('pod', ''):
+    from ada_jax.infra import tpu_pods
+    from ada_jax.planner import chips
+
+    gen = tpu_pods.pod(c.pod).generation
+    return gen, chips.CHIPS[gen].hbm_gib * 2**30
+  import jax
+
+  stats = jax.devices()[0].memory_stats() or {}
+  limit = stats.get('bytes_limit')
+  return None, float(limit) if limit else None
+
+
+def resolve_layout(
+  c: Any,
+  cfg: Any = None,
+  devices: int | None = None,
+  hbm_bytes: float | None = None,
+  platform: str = '',
+  refuse: bool = True,
+) -> Any:
+  """Fills `mesh.tensor` / `rl.micro_batch_rows` left to the rule (0), in place.
+
+  The rule is the planner's (`planner.layout.choose`): the smallest tensor
+  axis dividing the KV heads whose plan fits, one row per batch shard per
+  micro-batch. Devices: the `pod` key's chips, else this machine's; memory:
+  `pod_memory`. Returns the planner's Layout (None when nothing was left
+  to the rule). refuse=False (the plan command) takes the last layout
+  tried when none fits, so the plan can print why.
+
+  Raises:
+    ConfigError: no tensor axis fits (refuse): the plan's line, naming the key.
+  """
+  if c.mesh.tensor != 0 and c.rl.micro_batch_rows != 0:
+    return None
+  from ada_jax.infra import tpu_pods
+  from ada_jax.planner import layout as layout_lib
+
+  if devices is None:
+    if c.get('pod', ''):
+      devices = tpu_pods.pod(c.pod).chips
+    else:
+      import jax
+
+      devices = jax.device_count()
+  if hbm_bytes is None:
+    _, hbm_bytes = pod_memory(c)
+  cfg = cfg if cfg is not None else model_config(c)
+  if not platform:
+    platform = 'tpu' if c.get('pod', '') else ''
+  from ada_jax.infra import platforms
+
+  chosen = layout_lib.choose(
+    cfg,
+    step_shapes(c, cfg),
+    devices,
+    hbm_bytes,
+    data=int(c.mesh.data),
+    fsdp=int(c.mesh.fsdp),
+    tensor=int(c.mesh.tensor),
+    backend=platforms.name(platform),
+  )
+  if refuse and not chosen.fits:
+    where = f'{c.pod} ' if c.get('pod', '') else ''
+    raise ConfigError(
+      f'config mesh.tensor=0: the step does not fit {where}({devices} devices x '
+      f'{hbm_bytes / 2**30:g} GiB) at any tensor axis dividing the '
+      f'{cfg.num_kv_heads} KV heads (tried {", ".join(map(str, chosen.tried))}): '
+      f'{chosen.plan.peak / 2**30:.2f} GiB at {chosen.mesh} (peak: '
+      f'{chosen.plan.peak_phase}); see python -m ada_jax.plan for the smallest change'
+    )
+  with c.unlocked():
+    if c.mesh.tensor == 0:
+      c.mesh.tensor = chosen.mesh[2]
+    if c.rl.micro_batch_rows == 0:
+      c.rl.micro_batch_rows = chosen.micro_batch_rows
+  return chosen
 
 
 def _opt(value, cast):

@@ -33,6 +33,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 from ada_jax import attention as attention_lib
+from ada_jax.infra import platforms
 
 Array = jax.Array
 
@@ -80,6 +81,11 @@ class ModelConfig:
   # remat: 'none' | 'block' (each decoder block recomputed in the backward).
   attention: str = 'auto'
   remat: str = 'none'
+  # The platform the programs are built for ('tpu' | 'gpu' | 'cpu'; '': the
+  # running backend): the backend-dependent choices (attention for 'auto',
+  # a round's cache layout, splash's interpret mode) come from its row of
+  # `infra.platforms.TABLE`, so a TPU program can be traced on a CPU host.
+  platform: str = ''
 
   def __post_init__(self):
     if self.num_heads % self.num_kv_heads:
@@ -93,6 +99,8 @@ class ModelConfig:
       )
     if self.remat not in REMAT:
       raise ValueError(f'remat={self.remat!r}: use one of {REMAT}')
+    if self.platform:
+      platforms.name(self.platform)  # A clear error for an unknown one.
 
   @property
   def rope_scaling_dict(self) -> dict[str, Any] | None:
@@ -272,7 +280,9 @@ class Attention(nnx.Module):
     keys_t = attention_lib.cache_keys_transposed(mask.kv_valid, mask.prefix_valid)
     k_cache, v_cache = write_kv(k_cache, v_cache, k, v, write_index, keys_t)
 
-    out = attention_lib.attend(q, k_cache, v_cache, mask, impl, dt, prefix_kv)
+    out = attention_lib.attend(
+      q, k_cache, v_cache, mask, impl, dt, prefix_kv, platform=c.platform
+    )
     y = jnp.einsum('bthk,hkd->btd', out, self.o[...].astype(dt))
     if c.o_bias:
       y = y + self.o_bias[...].astype(dt)
@@ -483,7 +493,7 @@ class Transformer(nnx.Module):
     """
     c = self.config
     b, t = tokens.shape
-    impl = attention_lib.resolve(c.attention, t, cache.valid.shape[-1])
+    impl = attention_lib.resolve(c.attention, t, cache.valid.shape[-1], c.platform)
     if cache.prefix_valid is not None:
       if t != 1 or c.attention == 'dense':
         raise ValueError(
@@ -549,7 +559,7 @@ class Transformer(nnx.Module):
         tokens, positions_from_mask(mask), cache, jnp.int32(0), mask, return_hidden=True
       )
       return h
-    impl = attention_lib.resolve(c.attention, t, t)
+    impl = attention_lib.resolve(c.attention, t, t, c.platform)
     valid = mask.astype(jnp.bool_)
     query_index = jnp.broadcast_to(jnp.arange(t, dtype=jnp.int32)[None, :], (b, t))
     attn_mask = attention_lib.make_mask(query_index, valid, impl)
@@ -601,13 +611,19 @@ def create_model(config: ModelConfig, seed: int = 0) -> Transformer:
 # Config fields that change how the model runs, never its params. The
 # position limit is one: RoPE is computed per position, there is no table
 # (the reference raises Qwen2.5-Math's to 32768 for evaluation).
-_EXECUTION_FIELDS = ('attention', 'remat', 'dtype', 'max_position_embeddings')
+_EXECUTION_FIELDS = (
+  'attention',
+  'remat',
+  'dtype',
+  'max_position_embeddings',
+  'platform',
+)
 
 
 def with_config(model: Transformer, **changes: Any) -> Transformer:
   """The same params (shared, not copied) under a config with `changes`.
 
-  Only execution fields may change (attention, remat, dtype); e.g.
+  Only execution fields may change (attention, remat, dtype, platform); e.g.
   `with_config(hf.load_model(path), attention='chunked', remat='block')`.
   """
   bad = sorted(set(changes) - set(_EXECUTION_FIELDS))

@@ -38,23 +38,11 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
-import re
 import sys
 from collections.abc import Sequence
 from typing import Any
 
 from ada_jax import from_config
-
-# Cores-counted pod names (v4, v5p: two TensorCores per chip, one JAX device).
-_CORES_PER_CHIP = {'v2': 2, 'v3': 2, 'v4': 2, 'v5p': 2, 'v5e': 1, 'v6e': 1}
-
-
-def tpu_preset(name: str) -> tuple[str, int]:
-  """'v5p-64' -> ('v5p', 32): the chip kind and the number of JAX devices."""
-  m = re.fullmatch(r'(v\d+[a-z]*)-(\d+)', name)
-  if not m or m.group(1) not in _CORES_PER_CHIP:
-    raise ValueError(f'unknown TPU preset {name!r} (e.g. v4-32, v5p-64, v6e-64)')
-  return m.group(1), int(m.group(2)) // _CORES_PER_CHIP[m.group(1)]
 
 
 def _config_arg(spec: str) -> tuple[str, dict[str, str]]:
@@ -98,30 +86,8 @@ EVAL_NEW_TOKENS = 4096
 
 
 def step_shapes(c, cfg=None, eval_new_tokens: int = EVAL_NEW_TOKENS):
-  """StepShapes of a config (R from adaptive.max_rows)."""
-  from ada_jax.planner import memory as memory_plan
-  from ada_jax.rl import update
-
-  rl = c.rl
-  rows = from_config.controller(c).max_rows(rl.prompts_per_step)
-  bucket = c.data.prompt_bucket
-  if cfg is not None:
-    eval_new_tokens = min(eval_new_tokens, cfg.max_position_embeddings - bucket)
-  return memory_plan.StepShapes(
-    prompts=rl.prompts_per_step,
-    prompt_len=bucket,
-    new_tokens=c.sampling.max_new_tokens,
-    slots=rl.slots,
-    max_rounds=rl.max_rounds,
-    rows=rows,
-    mini_batch_rows=rl.mini_batch_rows,
-    micro_batch_rows=rl.micro_batch_rows,
-    eval_new_tokens=eval_new_tokens,
-    logit_chunk=update.LOGIT_CHUNK,
-    histogram_k=rl.histogram_k,
-    greedy_eval=bool(c.data.eval_split),
-    slot_group=from_config.controller(c).slot_group,
-  )
+  """StepShapes of a config (`from_config.step_shapes`)."""
+  return from_config.step_shapes(c, cfg, eval_new_tokens)
 
 
 def _count(n: int) -> str:
@@ -147,15 +113,16 @@ _PHASE_ORDER = (
 )
 
 
-def _target(spec: str, devices: int | None, hbm_gib: float | None):
-  """(chip kind or None, devices, HBM GiB) from the tpu= preset and overrides."""
+def _target(c, devices: int | None, hbm_gib: float | None):
+  """(chip kind or None, devices, HBM GiB) from the config's pod and overrides."""
+  from ada_jax.infra import tpu_pods
   from ada_jax.planner import chips
 
-  _, args = _config_arg(spec)
   chip = None
-  if args.get('tpu'):
-    chip, preset_devices = tpu_preset(args['tpu'])
-    devices = devices or preset_devices
+  if c.get('pod', ''):
+    pod = tpu_pods.pod(c.pod)
+    chip = pod.generation
+    devices = devices or pod.chips
   if devices is None:
     raise ValueError('no tpu= preset in the config arg: pass --devices')
   if hbm_gib is None:
@@ -214,18 +181,24 @@ def report(
   hbm_gib: float | None,
   *,
   eval_new_tokens: int = EVAL_NEW_TOKENS,
+  cfg: Any = None,
 ) -> str:
-  """The plan table, the step time and the final fits / does NOT fit line."""
+  """The plan table, the step time and the final fits / does NOT fit line.
+
+  cfg: the ModelConfig to plan (default: the config's; `--layers` and
+  `--target` pass their own).
+  """
   import jax.numpy as jnp
 
+  from ada_jax.infra import platforms
   from ada_jax.planner import memory as memory_plan
 
   name, _ = _config_arg(spec)
-  chip, devices, hbm_gib = _target(spec, devices, hbm_gib)
-  cfg = model_config(c, name)
+  chip, devices, hbm_gib = _target(c, devices, hbm_gib)
+  cfg = model_config(c, name) if cfg is None else cfg
   shapes = step_shapes(c, cfg, eval_new_tokens)
   mesh = memory_plan.resolve_mesh(dict(c.mesh), devices)
-  backend = 'tpu' if chip else 'cpu'
+  backend = platforms.name(cfg.platform) if cfg.platform else 'tpu' if chip else 'cpu'
   p = memory_plan.plan(cfg, shapes, mesh, backend=backend)
   n_params = memory_plan.count_params(cfg)
   t = shapes.prompt_len + shapes.new_tokens
@@ -292,6 +265,67 @@ def report(
   return '\n'.join(lines)
 
 
+def check_devices(c, devices: int, target: str) -> tuple[Any, str]:
+  """(devices to compile for, what they are) for --check.
+
+  --target tpu on a host without TPU chips: the config pod's real devices
+  from libtpu's topology description (`infra.tpu_pods`), compiled by the
+  TPU compiler ahead of time. Otherwise the devices at hand (a TPU VM's
+  chips, or fake CPU devices from --devices).
+  """
+  import jax
+
+  from ada_jax.infra import platforms, tpu_pods
+
+  running = platforms.name()
+  if target == 'tpu' and running != 'tpu':
+    if not c.get('pod', ''):
+      raise ValueError('--target tpu needs a tpu= preset in the config arg (the pod)')
+    pod = tpu_pods.pod(c.pod)
+    try:
+      devs = tpu_pods.devices(pod)
+    except RuntimeError as e:
+      raise ValueError(str(e)) from None
+    return devs, (
+      f'{pod.accelerator}: libtpu topology {pod.topology}, {pod.hosts} hosts x '
+      f'{pod.chips_per_host_count} chips, compiled ahead of time by the TPU '
+      'compiler (no chip)'
+    )
+  if target and target != running:
+    raise ValueError(
+      f'--target {target}: this host runs {running}; only tpu can be compiled '
+      'for from another platform (libtpu topologies)'
+    )
+  if jax.device_count() != devices:
+    raise ValueError(
+      f'--check compiles on the devices at hand: {jax.device_count()} here, the '
+      f'plan is for {devices} (on CPU pass --devices {devices})'
+    )
+  return jax.devices(), f'{jax.device_count()} {running} devices at hand'
+
+
+def mesh_line(c, mesh: Any, where: str) -> str:
+  """`mesh: ...`: the topology, hosts, chips per host and the rows each host feeds."""
+  from ada_jax.infra import multihost
+
+  b = c.rl.prompts_per_step
+  sh = multihost.rows_sharding(mesh, b)
+  hosts = sorted({d.process_index for d in mesh.devices.flat})
+  per_host = {}
+  for h in hosts:
+    blocks = multihost.row_blocks(sh, b, process_index=h)
+    per_host[h] = (sum(hi - lo for lo, hi in blocks), len(blocks))
+  rows = sorted({v[0] for v in per_host.values()})
+  nblocks = sorted({v[1] for v in per_host.values()})
+  chips = len(mesh.devices.flat) // len(hosts)
+  shape = tuple(mesh.shape[a] for a in mesh.axis_names)
+  return (
+    f'mesh: {where}; (data, fsdp, tensor) = {shape}; {len(hosts)} hosts x '
+    f'{chips} chips; each host feeds {"/".join(map(str, rows))} of {b} prompt '
+    f'rows (in {"/".join(map(str, nblocks))} blocks)'
+  )
+
+
 def check_report(
   c,
   spec: str,
@@ -300,35 +334,48 @@ def check_report(
   phases: Sequence[str],
   *,
   eval_new_tokens: int = EVAL_NEW_TOKENS,
+  cfg: Any = None,
+  target: str = '',
+  timings: dict[str, float] | None = None,
 ) -> str:
-  """Plan vs compiled per phase for the config's real programs (--check)."""
-  import jax
+  """Plan vs compiled per phase for the config's real programs (--check).
+
+  target: '' the devices at hand, 'tpu' a TPU pod's devices from libtpu
+  when this host has none (see `check_devices`). `timings`, when given,
+  receives each phase's compile seconds.
+  """
+  import time
+
   import jax.numpy as jnp
 
   from ada_jax import sharding
+  from ada_jax.infra import platforms
   from ada_jax.planner import memory as memory_plan
 
   name, _ = _config_arg(spec)
-  _, devices, hbm_gib = _target(spec, devices, hbm_gib)
-  if jax.device_count() != devices:
-    raise ValueError(
-      f'--check compiles on the devices at hand: {jax.device_count()} here, the '
-      f'plan is for {devices} (on CPU pass --devices {devices})'
-    )
-  cfg = model_config(c, name)
+  _, devices, hbm_gib = _target(c, devices, hbm_gib)
+  cfg = model_config(c, name) if cfg is None else cfg
+  if target:
+    cfg = dataclasses.replace(cfg, platform=target)
+  backend = platforms.name(cfg.platform)
   shapes = step_shapes(c, cfg, eval_new_tokens)
   mesh_shape = memory_plan.resolve_mesh(dict(c.mesh), devices)
-  backend = jax.default_backend()
   p = memory_plan.plan(cfg, shapes, mesh_shape, backend=backend)
-  compiled = compiled_phases(cfg, shapes, sharding.make_mesh(mesh_shape), phases)
-  lines = []
+  devs, where = check_devices(c, devices, target)
+  mesh = sharding.make_mesh(mesh_shape, devs)
+  lines = [mesh_line(c, mesh, where)]
   worst = None
-  for phase, got in compiled.items():
+  for phase in phases:
+    start = time.perf_counter()
+    got = compiled_phases(cfg, shapes, mesh, (phase,))[phase]
+    seconds = time.perf_counter() - start
+    if timings is not None:
+      timings[phase] = seconds
     planned = p.program_bytes(phase)
     ratio = planned / got.total
     lines.append(
       f'phase {phase}: plan {planned / 2**30:.3f} GiB, compiled '
-      f'{got.total / 2**30:.3f} GiB, ratio {ratio:.2f}'
+      f'{got.total / 2**30:.3f} GiB, ratio {ratio:.2f} (compiled in {seconds:.0f} s)'
     )
     if worst is None or abs(ratio - 1) > abs(worst[0] - 1):
       worst = (ratio, phase)
@@ -336,7 +383,8 @@ def check_report(
   if backend == 'cpu':
     lines.append(
       'note: compiled by XLA:CPU on fake devices; it says nothing certain about '
-      'TPU tiling (padding, fusion): run --check on the TPU VM for its figures'
+      'TPU tiling (padding, fusion): pass --target tpu (libtpu) or run --check on '
+      'the TPU VM for its figures'
     )
     if jnp.dtype(cfg.dtype).itemsize < 4:
       lines.append(
@@ -666,6 +714,21 @@ def parser() -> argparse.ArgumentParser:
     default='sampling,old_logp,update,pass_rates,evaluation,selection',
     help='comma-separated phases --check compiles',
   )
+  p.add_argument(
+    '--target',
+    choices=('', 'tpu', 'gpu', 'cpu'),
+    default='',
+    help="the platform the programs are built for ('': the pod's, tpu with a "
+    "tpu= preset, else this host's); --check --target tpu on a host without "
+    'TPU chips compiles for the pod with libtpu (no chip)',
+  )
+  p.add_argument(
+    '--layers',
+    type=int,
+    default=0,
+    help='plan and compile with L layers (same widths, lengths, batch, mesh): '
+    'a check in seconds to minutes; 0: the full depth',
+  )
   return p
 
 
@@ -673,6 +736,13 @@ def main(argv: Sequence[str] | None = None) -> None:
   """Command line (see the module docstring)."""
   p = parser()
   args, rest = from_config.parse_command_line(p, argv)
+  if args.target == 'tpu':
+    from ada_jax.infra import tpu_pods
+
+    if not tpu_pods.chips_attached():
+      # Compile for the pod with libtpu's topology; the host's own backend
+      # stays CPU (a libtpu without chips would probe for them first).
+      os.environ.setdefault('JAX_PLATFORMS', 'cpu')
   if args.check and args.devices:
     # Fake CPU devices for a compile on CPU (a TPU backend ignores the flag);
     # read when the backend starts, i.e. later.
@@ -683,11 +753,35 @@ def main(argv: Sequence[str] | None = None) -> None:
       ).strip()
   try:
     c = from_config.load(args.config, rest)
-    kw = dict(eval_new_tokens=args.eval_new_tokens)
+    name, _ = _config_arg(args.config)
+    cfg = model_config(c, name)
+    if args.layers:
+      cfg = dataclasses.replace(cfg, num_layers=args.layers)
+    target = args.target or ('tpu' if c.get('pod', '') else '')
+    if target:
+      cfg = dataclasses.replace(cfg, platform=target)
+    _, devices, hbm_gib = _target(c, args.devices, args.hbm_gib)
+    tensor_rule = c.mesh.tensor == 0
+    chosen = from_config.resolve_layout(
+      c, cfg, devices, hbm_gib * 2**30, target, refuse=False
+    )
+    kw = dict(eval_new_tokens=args.eval_new_tokens, cfg=cfg)
     print(report(c, args.config, args.devices, args.hbm_gib, **kw), flush=True)
+    if chosen is not None and tensor_rule:
+      print(
+        f'layout: mesh.tensor={chosen.mesh[2]} by the rule (the smallest of '
+        f'{list(chosen.tried)} dividing the {cfg.num_kv_heads} KV heads that '
+        f'fits{"" if chosen.fits else ": none does"}), '
+        f'rl.micro_batch_rows={c.rl.micro_batch_rows}',
+        flush=True,
+      )
     if args.check:
       phases = [x for x in args.check_phases.split(',') if x]
-      print(check_report(c, args.config, args.devices, args.hbm_gib, phases, **kw))
+      print(
+        check_report(
+          c, args.config, args.devices, args.hbm_gib, phases, target=target, **kw
+        )
+      )
   except ValueError as e:
     sys.exit(f'plan: {e}')
 

@@ -465,8 +465,9 @@ def round_cache(
     pk = tuple(_constrain(jnp.swapaxes(prefix_rows(x), 2, 3), shp) for x in pc.k)
     pv = tuple(_constrain(prefix_rows(x), shp) for x in pc.v)
     hd, dt = model.config.head_dim, pc.k[0].dtype
-    length = attention_lib.round_cache_len(n)
-    if attention_lib.round_cache_blocked(n):
+    platform = model.config.platform
+    length = attention_lib.round_cache_len(n, platform)
+    if attention_lib.round_cache_blocked(n, platform):
       tk, nk = attention_lib.decode_block(length)
       response_k = tuple(jnp.zeros((s, kv_heads, hd, tk), dt) for _ in range(nk))
       response_v = tuple(jnp.zeros((s, kv_heads, tk, hd), dt) for _ in range(nk))

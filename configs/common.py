@@ -75,27 +75,12 @@ import ml_collections
 
 VARIANTS = ('grpo', 'pos', 'balance', 'dapo', 'est')
 SCHEDULES = ('paper', 'refill')
-TPUS = {'v4-32': 16, 'v5p-64': 32, 'v6e-64': 64}  # Chips = JAX devices.
-MESH_PRESETS: dict[str, dict[str, tuple[int, int, int]]] = {
-  '1.5b': {'v4-32': (1, -1, 1), 'v5p-64': (1, -1, 1), 'v6e-64': (1, -1, 2)},
-  '3b': {'v4-32': (1, -1, 4), 'v5p-64': (1, -1, 4), 'v6e-64': (1, -1, 4)},
-  '4b': {'v4-32': (1, -1, 4), 'v5p-64': (1, -1, 4), 'v6e-64': (1, -1, 4)},
-  '7b': {'v4-32': (1, -1, 2), 'v5p-64': (1, -1, 2), 'v6e-64': (1, -1, 4)},
-}
-# DAPO samples 2B prompts: their all-gathered prompt cache needs a larger
-# tensor axis than the Ada and GRPO steps on these pods.
-VARIANT_MESH_PRESETS: dict[tuple[str, str, str], tuple[int, int, int]] = {
-  ('dapo', '1.5b', 'v4-32'): (1, -1, 2),
-  ('dapo', '3b', 'v6e-64'): (1, -1, 8),
-  ('dapo', '4b', 'v6e-64'): (1, -1, 8),
-}
-# Pods that cannot hold the paper's step by the plan (module docstring):
-# (size, pod) -> the smallest change `python -m ada_jax.plan` names.
-DOES_NOT_FIT: dict[tuple[str, str], str] = {
-  ('3b', 'v4-32'): '4 slot waves per round (not implemented), or the step quartered',
-  ('4b', 'v4-32'): '4 slot waves per round (not implemented), or the step quartered',
-  ('7b', 'v4-32'): '2 slot waves per round (not implemented), or the step halved',
-}
+# The pods of the tables above (the paper configs' launch examples); `tpu=`
+# takes any v4, v5p, v5e (v5litepod) or v6e accelerator type.
+EXAMPLE_PODS = ('v4-32', 'v5p-64', 'v6e-64')
+# A `tpu=` preset's mesh: full FSDP with the tensor axis left to the plan's
+# rule (planner/layout.py: the smallest one dividing the KV heads that fits).
+RULE_MESH = {'data': 1, 'fsdp': -1, 'tensor': 0}
 _FLAGS = ('runlocal',)  # Bare words; `runlocal` and `runlocal=1` both work.
 
 
@@ -145,25 +130,15 @@ def parse_arg(
   return out
 
 
-def mesh_preset(
-  size: str, tpu: str, config_name: str, variant: str = ''
-) -> dict[str, int]:
-  """The (data, fsdp, tensor) mesh of a model size on a pod (see the table)."""
-  if tpu not in TPUS:
-    raise ValueError(f'{config_name}: arg tpu={tpu!r} is not one of {tuple(TPUS)}')
-  data, fsdp, tensor = VARIANT_MESH_PRESETS.get(
-    (variant, size, tpu), MESH_PRESETS[size][tpu]
-  )
-  return {'data': data, 'fsdp': fsdp, 'tensor': tensor}
+def check_pod(tpu: str, config_name: str) -> str:
+  """The `tpu=` arg when it names a TPU slice (e.g. v5p-64), else a ValueError."""
+  from ada_jax.infra import tpu_pods
 
-
-def batch_shards(mesh: Mapping[str, int], devices: int) -> int:
-  """The data x fsdp size of a mesh with at most one -1 on `devices` devices."""
-  known = 1
-  for v in mesh.values():
-    known *= v if v != -1 else 1
-  sizes = {k: (v if v != -1 else devices // known) for k, v in mesh.items()}
-  return sizes['data'] * sizes['fsdp']
+  try:
+    tpu_pods.pod(tpu)
+  except ValueError as e:
+    raise ValueError(f'{config_name}: arg tpu={tpu!r}: {e}') from None
+  return tpu
 
 
 def variant_rl(
@@ -216,11 +191,13 @@ def paper_args(
     'variant': VARIANTS,
     'schedule': SCHEDULES,
     'data': None,  # Checked below, with the reason.
-    'tpu': tuple(TPUS),
+    'tpu': None,  # Checked below: any TPU slice.
     'seed': None,
     'runlocal': None,
   }
   args = parse_arg(arg, config_name, choices, PAPER_DEFAULTS)
+  if args['tpu']:
+    check_pod(args['tpu'], config_name)
   if args['data'] not in datasets:
     raise ValueError(
       f'{config_name}: arg data={args["data"]!r} is not one of {tuple(datasets)} '
@@ -244,7 +221,7 @@ def paper_config(
       runlocal ('True' or '').
     config_name: for error messages.
     family: qwen2 | qwen3 | llama (the tiny model of runlocal).
-    size: a key of `MESH_PRESETS`.
+    size: the model size, e.g. '7b' (for the tables).
     dataset: the `ada_math_local/<config>` training set.
   """
   variant, schedule = args['variant'], args['schedule']
@@ -252,12 +229,10 @@ def paper_config(
   c = ml_collections.ConfigDict()
   # Run.
   c.seed = int(args['seed'])
-  # Mesh: full FSDP by default; `tpu=` presets per pod (module docstring).
-  mesh = (
-    mesh_preset(size, args['tpu'], config_name, variant)
-    if args['tpu']
-    else {'data': 1, 'fsdp': -1, 'tensor': 1}
-  )
+  # Mesh: full FSDP by default; a `tpu=` pod leaves the tensor axis to the
+  # plan's rule (module docstring), and `pod` names the chips it plans for.
+  c.pod = args['tpu']
+  mesh = dict(RULE_MESH) if args['tpu'] else {'data': 1, 'fsdp': -1, 'tensor': 1}
   c.mesh = ml_collections.ConfigDict(mesh)
   # Model: a local HF directory, required (config_rules names the key).
   c.model = ml_collections.ConfigDict()
@@ -324,8 +299,8 @@ def paper_config(
   # Update: 4 mini-batches per step (128 prompts x n = 512 rows), 1 epoch.
   rows = train_rows(variant, c.rl, 4)
   c.rl.mini_batch_rows = rows // 4
-  devices = TPUS.get(args['tpu'], 16)
-  c.rl.micro_batch_rows = min(c.rl.mini_batch_rows, batch_shards(mesh, devices))
+  # 0: one row per batch shard (data x fsdp of the mesh), by the layout rule.
+  c.rl.micro_batch_rows = 0
   c.rl.epochs = 1
   # RL loss: clip-higher, dual clip, token-mean, no entropy bonus, no KL.
   c.rl.clip_low = 0.2

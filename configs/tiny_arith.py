@@ -96,8 +96,9 @@ Commands:
         python -m ada_jax.main --config configs/tiny_arith.py:task=format --workdir /tmp/tiny_format
   TPU:  ./launch_tpu.sh run configs/tiny_arith.py:tpu=v4-32 --workdir gs://BUCKET/tiny
 
-Arg keys (comma separated): task=columns|format, variant=grpo|pos|balance|dapo|est,
-schedule=paper|refill, seed=INT, tpu=v4-32|v5p-64|v6e-64 (checked; the
+Arg keys (comma separated): task=columns|format,
+variant=grpo|pos|balance|dapo|est, schedule=paper|refill, seed=INT,
+tpu=POD (any TPU slice of up to 64 chips, e.g. v4-32, v5p-64, v6e-64; the
 tiny model stays data-parallel over all chips), runlocal (accepted; this
 config always runs locally). Parsing lives in configs/common.py.
 """
@@ -131,7 +132,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
       'variant': VARIANTS,
       'schedule': SCHEDULES,
       'seed': None,
-      'tpu': tuple(common.TPUS),
+      'tpu': None,  # Any TPU slice (checked below).
       'runlocal': None,
     },
     {
@@ -143,12 +144,17 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
       'runlocal': '',
     },
   )
+  if args['tpu']:
+    common.check_pod(args['tpu'], CONFIG)
   task = args['task']
   variant = args['variant']
   schedule = args['schedule']
 
   c = ml_collections.ConfigDict()
   c.seed = int(args['seed'])
+  # The pod the run is for ('' none): the tiny model stays data-parallel
+  # over all its chips (64 micro-batch rows: up to 64 chips).
+  c.pod = args['tpu']
   c.mesh = ml_collections.ConfigDict(dict(data=-1, fsdp=1, tensor=1))
 
   c.model = ml_collections.ConfigDict()

@@ -59,11 +59,11 @@ def test_resolve():
   assert attention.resolve('auto', 1, 4096) == 'decode'
   assert attention.resolve('dense', 1, 4096) == 'dense'  # the reference
   assert attention.resolve('auto', 1, 1) == 'dense'  # nothing cached
-  assert attention.resolve('auto', 3072, 3072, backend='cpu') == 'chunked'
-  assert attention.resolve('auto', 3072, 3072, backend='gpu') == 'chunked'
-  assert attention.resolve('auto', 3072, 3072, backend='tpu') == 'splash'
-  assert attention.resolve('auto', 3072, 4096, backend='tpu') == 'chunked'
-  assert attention.resolve('auto', 256, 256, backend='tpu') == 'dense'
+  assert attention.resolve('auto', 3072, 3072, platform='cpu') == 'chunked'
+  assert attention.resolve('auto', 3072, 3072, platform='gpu') == 'chunked'
+  assert attention.resolve('auto', 3072, 3072, platform='tpu') == 'splash'
+  assert attention.resolve('auto', 3072, 4096, platform='tpu') == 'chunked'
+  assert attention.resolve('auto', 256, 256, platform='tpu') == 'dense'
   assert attention.resolve('chunked', 1, 100) == 'decode'
   assert attention.resolve('chunked', 8, 8) == 'chunked'
   assert attention.resolve('splash', 1, 100) == 'decode'
@@ -521,12 +521,15 @@ def test_sharded_model_matches_dense(small_blocks, impl):
   assert _max_grad_diff(grads_o, grads_d) <= 1e-4
 
 
-def test_splash_cross_lowers_for_tpu(monkeypatch):
-  """The sharded training step with the real (Mosaic) kernel exports for TPU."""
-  monkeypatch.setattr(attention, '_splash_interpret', lambda: False)
+def test_splash_cross_lowers_for_tpu():
+  """The sharded training step with the real (Mosaic) kernel exports for TPU.
+
+  The TPU target comes from the model's platform, not the running backend.
+  """
   mesh = sharding_lib.make_mesh((2, 2, 2))
   model = sharding_lib.create_sharded_model(_CONFIG, mesh)
-  graphdef, state = nnx.split(model_lib.with_config(model, attention='splash'))
+  model = model_lib.with_config(model, attention='splash', platform='tpu')
+  graphdef, state = nnx.split(model)
   abstract = jax.tree.map(
     lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding), state
   )

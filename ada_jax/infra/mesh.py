@@ -19,8 +19,8 @@ import math
 from collections.abc import Mapping, Sequence
 
 import jax
-import numpy as np
 from flax import nnx
+from jax.experimental import mesh_utils
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 MESH_AXES = ('data', 'fsdp', 'tensor')
@@ -65,9 +65,16 @@ def make_mesh(
       f'devices, have {n}'
     )
   axis_types = (jax.sharding.AxisType.Auto,) * 3
-  if len(devices) == len(jax.devices()):
-    return jax.make_mesh(tuple(shape), MESH_AXES, axis_types=axis_types)
-  return Mesh(np.asarray(devices).reshape(shape), MESH_AXES, axis_types=axis_types)
+  # TPU devices are laid out by their physical topology (rings along the
+  # torus axes), splitting a physical axis where the shape needs it
+  # (`jax.make_mesh` splits only on v5e and refuses e.g. (1, 32, 2) on a
+  # v6e 8x8). Other devices keep their order. A host's devices then need not
+  # be one contiguous block of the batch axes: hosts feed rows through
+  # `multihost.global_rows`, which takes any layout.
+  arr = mesh_utils.create_device_mesh(
+    tuple(shape), devices, allow_split_physical_axes=True
+  )
+  return Mesh(arr, MESH_AXES, axis_types=axis_types)
 
 
 def logical_to_spec(

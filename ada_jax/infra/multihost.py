@@ -7,9 +7,11 @@ response lengths, verifier counters) differ per process, so any decision
 that changes the number of jitted calls (rounds, stopping) is taken from the
 gathered, global values, identical on every host.
 
-- `host_rows` / `global_rows`: the contiguous rows of a [B, ...] batch a
-  process holds under the batch sharding, and the global array built from
-  only those rows (each host encodes and feeds its slice of the prompts).
+- `global_rows`: the global array from the whole [B, ...] host array that
+  every process holds; each device takes its block, whatever order the
+  mesh gives the devices (on a TPU pod a host's rows need not be one
+  block). `row_blocks`: which rows a process's devices hold (the plan's
+  mesh line, and the tests that simulate each host of a pod).
 - `local_rows` / `gather_rows`: the rows of a global [S, ...] array this
   process can read, and the [S] values every process computed for its own
   rows merged into one global vector (one collective).
@@ -45,37 +47,51 @@ def rows_sharding(mesh: Mesh, rows: int, ndim: int = 2) -> NamedSharding:
   return mesh_lib.batch_sharding(mesh, ndim)
 
 
-def host_rows(sharding: NamedSharding, rows: int) -> tuple[int, int]:
-  """[lo, hi): the rows of a [rows, ...] array this process holds.
+def global_rows(host: np.ndarray, sharding: NamedSharding) -> jax.Array:
+  """The global [rows, ...] array from the whole array, which every process holds.
 
-  Raises:
-    ValueError: the process holds a non-contiguous set of rows (a mesh whose
-      batch axes interleave hosts), which per-host loading cannot feed.
+  Each device takes its block of `host` (`jax.make_array_from_callback`),
+  so any mesh order works: on a TPU pod the mesh follows the physical
+  topology and a host's devices may hold several separate blocks of rows
+  (v5p-64 at (1, 32, 1): process 0 holds rows 0-16, 64-80, 256-272 and
+  320-336 of 512). Every process encodes the whole step (it knows the
+  global order anyway; a step's prompts are a few hundred strings), which
+  is simpler than asking which rows a host holds and cannot feed a row to
+  the wrong device. The one path for host rows onto devices.
   """
-  index_map = sharding.addressable_devices_indices_map((rows,))
+  host = np.asarray(host)
+  return jax.make_array_from_callback(host.shape, sharding, lambda index: host[index])
+
+
+def row_blocks(
+  sharding: NamedSharding, rows: int, process_index: int | None = None
+) -> list[tuple[int, int]]:
+  """[lo, hi) blocks of rows of a [rows, ...] array a process's devices hold.
+
+  Sorted and merged where they touch; replicas counted once. Computed from
+  the devices' `process_index`, so it also answers for the processes of a
+  pod described by libtpu's topology (no chip: `infra.tpu_pods`).
+
+  Args:
+    sharding: the array's sharding.
+    rows: the array's first dimension.
+    process_index: which process (default: this one).
+  """
+  p = jax.process_index() if process_index is None else process_index
   spans = sorted(
     {
       (ix[0].start or 0, rows if ix[0].stop is None else ix[0].stop)
-      for ix in index_map.values()
+      for d, ix in sharding.devices_indices_map((rows,)).items()
+      if d.process_index == p
     }
   )
-  lo, hi = spans[0][0], spans[0][1]
-  for start, stop in spans[1:]:
-    if start > hi:
-      raise ValueError(
-        f'process {jax.process_index()} holds non-contiguous batch rows {spans} '
-        f'of {rows}; build the mesh so that each host owns a contiguous block '
-        'of the data axes'
-      )
-    hi = max(hi, stop)
-  return lo, hi
-
-
-def global_rows(local: np.ndarray, sharding: NamedSharding, rows: int) -> jax.Array:
-  """The global [rows, ...] array from this process's rows (see `host_rows`)."""
-  return jax.make_array_from_process_local_data(
-    sharding, np.asarray(local), (rows, *np.shape(local)[1:])
-  )
+  merged: list[tuple[int, int]] = []
+  for lo, hi in spans:
+    if merged and lo <= merged[-1][1]:
+      merged[-1] = (merged[-1][0], max(merged[-1][1], hi))
+    else:
+      merged.append((lo, hi))
+  return merged
 
 
 def local_rows(x: jax.Array) -> tuple[np.ndarray, np.ndarray]:

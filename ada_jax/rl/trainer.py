@@ -245,14 +245,12 @@ class Trainer:
   ) -> tuple[jax.Array, jax.Array]:
     """The step's prompts as global [B, P] token and mask arrays.
 
-    Each host encodes only the rows it holds under the batch sharding (its
-    slice of the step), so no host feeds another's prompts.
+    Every host encodes the whole step and each device takes its rows
+    (`multihost.global_rows`), whatever the mesh's device order.
     """
-    b = len(examples)
-    sh = multihost.rows_sharding(self.mesh, b)
-    lo, hi = multihost.host_rows(sh, b)
-    tokens, mask = self.encode(examples[lo:hi])
-    return multihost.global_rows(tokens, sh, b), multihost.global_rows(mask, sh, b)
+    sh = multihost.rows_sharding(self.mesh, len(examples))
+    tokens, mask = self.encode(examples)
+    return multihost.global_rows(tokens, sh), multihost.global_rows(mask, sh)
 
   # SFT.
 

@@ -1,0 +1,78 @@
+"""What differs by platform (TPU, GPU, CPU): one table, one explicit target.
+
+Every backend-dependent choice of the policy reads this table for a *target*
+platform, never `jax.default_backend()` in its own place: a program traced
+for another target (`python -m ada_jax.plan --check --target tpu` on a CPU
+host, the tests that build TPU programs) then gets that target's choices.
+The target travels with the model as `ModelConfig.platform` (static, so a
+program traced for one target is never reused for another); '' means the
+running backend, which is the default everywhere.
+
+| platform | 'auto' attention at T >= CHUNKED_MIN_T, S == T | round cache of a long response | splash kernel |
+|---|---|---|---|
+| tpu | splash (Pallas/Mosaic kernel) | stacked [S, G, N, K], read by the decode loop's fused slices | compiled |
+| gpu | chunked (plain JAX) | stacked [S, G, N, K] | interpret (tests only) |
+| cpu | chunked (plain JAX) | blocks of tk keys, one buffer each (XLA:CPU copies a loop's slice) | interpret (tests only) |
+
+The reasons for each row live beside the code that uses it
+(`attention.resolve`, `attention.round_cache_blocked`,
+`attention.splash_attention`). Chip peaks and HBM per TPU generation are the
+planner's (`planner/chips.py`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+
+PLATFORMS = ('tpu', 'gpu', 'cpu')
+# jax.default_backend() names -> our platform names.
+_BACKEND_ALIASES = {'cuda': 'gpu', 'rocm': 'gpu'}
+
+
+@dataclasses.dataclass(frozen=True)
+class Platform:
+  """One row of the table (module docstring)."""
+
+  name: str
+  # What attention='auto' runs for a long training forward or prefill
+  # (T >= CHUNKED_MIN_T, no cache prefix): 'splash' or 'chunked'.
+  long_attention: str
+  # A sampler round's own response cache, when the decode loop reads it
+  # (more than DECODE_WHOLE_MAX_BLOCKS blocks), held as separate blocks.
+  round_cache_blocked: bool
+  # The splash kernel runs compiled (Mosaic); elsewhere in interpret mode.
+  splash_compiled: bool
+
+
+TABLE: dict[str, Platform] = {
+  'tpu': Platform(
+    'tpu', long_attention='splash', round_cache_blocked=False, splash_compiled=True
+  ),
+  'gpu': Platform(
+    'gpu', long_attention='chunked', round_cache_blocked=False, splash_compiled=False
+  ),
+  'cpu': Platform(
+    'cpu', long_attention='chunked', round_cache_blocked=True, splash_compiled=False
+  ),
+}
+
+
+def name(target: str | None = None) -> str:
+  """The platform name of `target`; '' or None: the running backend.
+
+  Raises:
+    ValueError: naming the target when it is not one of PLATFORMS.
+  """
+  if not target:
+    target = jax.default_backend()
+  target = _BACKEND_ALIASES.get(target, target)
+  if target not in TABLE:
+    raise ValueError(f'platform {target!r} is not one of {PLATFORMS}')
+  return target
+
+
+def get(target: str | None = None) -> Platform:
+  """The table row of `target` ('' or None: the running backend)."""
+  return TABLE[name(target)]
