@@ -495,8 +495,11 @@ def compile_update(
   shapes: Any,
   mesh: Any,
   settings: Any = None,
-) -> Compiled:
-  """The trainer's update (`rl_update_pinned`) for these shapes, compiled."""
+) -> Any:
+  """The trainer's update (`rl_update_pinned`) for these shapes, compiled.
+
+  Returns the executable (`_memory` reads its memory analysis).
+  """
   import jax
   import jax.numpy as jnp
 
@@ -513,7 +516,7 @@ def compile_update(
     jax.tree.map(lambda x: x.sharding, state), jax.tree.map(lambda x: x.sharding, opt)
   )
   lowered = fn.lower(graphdef, tx, settings, state, opt, batch, _sds((), jnp.float32))
-  return _memory(lowered.compile())
+  return lowered.compile()
 
 
 def compile_old_logp(
@@ -521,8 +524,8 @@ def compile_old_logp(
   shapes: Any,
   mesh: Any,
   logit_chunk: int = 128,
-) -> Compiled:
-  """The trainer's old-logp pass (`update.logp_jit`), compiled."""
+) -> Any:
+  """The trainer's old-logp pass (`update.logp_jit`), compiled (the executable)."""
   import jax.numpy as jnp
 
   from ada_jax.rl import update
@@ -537,7 +540,7 @@ def compile_old_logp(
     prompt_len=shapes.prompt_len,
     logit_chunk=logit_chunk,
   )
-  return _memory(lowered.compile())
+  return lowered.compile()
 
 
 def sampling_model(config: Any, mesh: Any, *, cast: bool = True) -> Any:
@@ -601,8 +604,8 @@ def compile_round(
   cast: bool = True,
   aligned: bool = False,
   group: int = 1,
-) -> Compiled:
-  """One sampling round (`sampler.lower_round`, what `sample_round` runs)."""
+) -> Any:
+  """One sampling round (`sampler.lower_round`, what `sample_round` runs), compiled."""
   from ada_jax import sampler
 
   model = sampling_model(config, mesh, cast=cast)
@@ -615,7 +618,7 @@ def compile_round(
     aligned=aligned,
     group=group,
   )
-  return _memory(lowered.compile())
+  return lowered.compile()
 
 
 def compiled_phases(
@@ -624,7 +627,19 @@ def compiled_phases(
   mesh: Any,
   phases: tuple[str, ...] = _CHECK_PHASES,
 ) -> dict[str, Compiled]:
-  """Compiled memory of the programs of `phases` (see the module doc).
+  """Compiled memory of the programs of `phases` (see `compiled_programs`)."""
+  return {
+    k: _memory(v) for k, v in compiled_programs(config, shapes, mesh, phases).items()
+  }
+
+
+def compiled_programs(
+  config: Any,
+  shapes: Any,
+  mesh: Any,
+  phases: tuple[str, ...] = _CHECK_PHASES,
+) -> dict[str, Any]:
+  """The compiled executables of `phases` (see the module doc).
 
   pass_rates, evaluation and selection run one chunk of
   `scoring.sample_and_score` (S // k prompts and their k samples in one
@@ -680,7 +695,7 @@ def compiled_phases(
             aligned=per == s.slots,
           )
         )
-      out[phase] = max(runs, key=lambda r: r.total)
+      out[phase] = max(runs, key=lambda r: _memory(r).total)
     else:
       raise ValueError(f'unknown phase {phase!r}')
   return out

@@ -335,6 +335,83 @@ def test_sharded_long_round_equals_unsharded(hf_models):
   )
 
 
+@pytest.mark.parametrize('group', [1, 2])
+def test_stacked_round_equals_blocked_and_full_forward(hf_models, group):
+  """The TPU row's round cache, [S, G, N, K] read by the loop, run on CPU.
+
+  The platform comes from the model (`ModelConfig.platform`, infra.platforms),
+  so a 'tpu' model takes the stacked path here: its log-probs equal the
+  full forward's, and it draws the same tokens as the CPU row's cache in
+  blocks (log-probs within 1e-5).
+  """
+  tk = attention.DECODE_BLOCK_K
+  p, n = 2 * tk, 3 * tk
+  assert attention.round_cache_blocked(n, 'cpu')
+  assert not attention.round_cache_blocked(n, 'tpu')
+  blocked = hf.load_model(hf_models['qwen2_tied'][0])
+  blocked = model_lib.with_config(blocked, platform='cpu')
+  stacked = model_lib.with_config(blocked, platform='tpu')
+  tokens, mask = hf_fixtures.left_padded_batch(
+    np.random.RandomState(7), [p - 5, 30, tk + 1], p
+  )
+  slot_prompt = np.repeat(np.arange(3), group).astype(np.int32)
+  kw = dict(max_new_tokens=n, rng=jax.random.key(8), temperature=0.8, group=group)
+  rc = jax.eval_shape(
+    lambda: sampler.round_cache(
+      stacked, sampler.prefill(stacked, tokens, mask), slot_prompt, n, group=group
+    )
+  )
+  assert rc.k[0].shape == (len(slot_prompt), 2, n, 16)  # Stacked, not blocks.
+  runs = {}
+  for name, model in (('stacked', stacked), ('blocked', blocked)):
+    cache = sampler.prefill(model, tokens, mask)
+    runs[name] = sampler.sample_round(model, cache, slot_prompt, **kw)
+  r = runs['stacked']
+  assert np.asarray(r.mask).all()  # No EOS: every block is read.
+  _assert_logprobs_equal_full_forward(
+    stacked, tokens[slot_prompt], mask[slot_prompt], r, 0.8
+  )
+  np.testing.assert_array_equal(
+    np.asarray(r.tokens), np.asarray(runs['blocked'].tokens)
+  )
+  np.testing.assert_allclose(
+    np.asarray(r.logprobs), np.asarray(runs['blocked'].logprobs), atol=1e-5
+  )
+
+
+def test_sharded_stacked_round_equals_unsharded(hf_models):
+  """The TPU row's stacked round cache on a (2, 2, 2) mesh equals one device's."""
+  n = 3 * attention.DECODE_BLOCK_K
+  path = hf_models['qwen2_tied'][0]
+  tokens, mask = hf_fixtures.left_padded_batch(
+    np.random.RandomState(17), [9, 2, 7, 4], 9
+  )
+  slot_prompt = np.repeat(np.arange(4), 2).astype(np.int32)
+  kw = dict(max_new_tokens=n, rng=jax.random.key(18), temperature=1.0, group=2)
+  plain = model_lib.with_config(hf.load_model(path), platform='tpu')
+  ref = sampler.sample_round(
+    plain, sampler.prefill(plain, tokens, mask), slot_prompt, **kw
+  )
+  assert np.asarray(ref.mask).all()
+  mesh = sharding.make_mesh((2, 2, 2))
+  model = hf.load_model(path, mesh=mesh, rules=sharding.SAMPLE_RULES)
+  model = model_lib.with_config(model, platform='tpu')
+  rows = sharding.batch_sharding(mesh)
+  cache = sampler.prefill(
+    model, jax.device_put(tokens, rows), jax.device_put(mask, rows)
+  )
+  rc = jax.jit(
+    lambda pc: sampler.round_cache(model, pc, slot_prompt, n, group=2, mesh=mesh)
+  )(cache)
+  assert not isinstance(rc.k[0], tuple)
+  assert tuple(rc.k[0].sharding.spec)[:2] == (sharding.BATCH_AXES, 'tensor')
+  got = sampler.sample_round(model, cache, slot_prompt, **kw)
+  np.testing.assert_array_equal(np.asarray(got.tokens), np.asarray(ref.tokens))
+  np.testing.assert_allclose(
+    np.asarray(got.logprobs), np.asarray(ref.logprobs), atol=1e-5
+  )
+
+
 def test_decode_round_makes_rope_tables_once_per_step(hf_models):
   """The round's compiled HLO has one cos (and one sin) in the loop and one before.
 

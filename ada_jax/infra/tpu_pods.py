@@ -120,12 +120,18 @@ def chips_attached() -> bool:
 def _quiet_libtpu(p: Pod) -> None:
   """Off a TPU VM libtpu looks for the VM's metadata and complains; say it.
 
+  Also lets several processes load libtpu (no chip to share).
+
   Only sets variables the environment leaves unset, so a TPU VM's own
   values stand.
   """
   os.environ.setdefault('TPU_ACCELERATOR_TYPE', p.accelerator)
   os.environ.setdefault('TPU_WORKER_HOSTNAMES', 'localhost')
   os.environ.setdefault('TPU_SKIP_MDS_QUERY', '1')
+  # Without chips nothing is shared between processes that load libtpu: two
+  # compiles at once (pytest -n 2, a plan beside a benchmark) are fine, and
+  # libtpu's one-process lock file would refuse the second.
+  os.environ.setdefault('ALLOW_MULTIPLE_LIBTPU_LOAD', '1')
 
 
 @functools.cache

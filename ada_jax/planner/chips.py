@@ -8,6 +8,8 @@ TensorCores). From the vendor's public specification pages, each chip's
        1200 GB/s
   v5p: https://cloud.google.com/tpu/docs/v5p  459 TFLOP/s bf16, 95 GB HBM2e,
        2765 GB/s
+  v5e: https://cloud.google.com/tpu/docs/v5e  197 TFLOP/s bf16, 16 GB HBM2,
+       819 GB/s
   v6e: https://cloud.google.com/tpu/docs/v6e  918 TFLOP/s bf16, 32 GB HBM,
        1638 GB/s
 
@@ -34,6 +36,7 @@ class Chip:
 CHIPS: dict[str, Chip] = {
   'v4': Chip('v4', 32.0, 275e12, 1200e9),
   'v5p': Chip('v5p', 95.0, 459e12, 2765e9),
+  'v5e': Chip('v5e', 16.0, 197e12, 819e9),
   'v6e': Chip('v6e', 32.0, 918e12, 1638e9),
 }
 # Per JAX device, for the memory plan (kept for its callers).

@@ -1,0 +1,120 @@
+r"""The memory plan against the TPU compiler: paper configs on their pods.
+
+  python benchmarks/tpu_calibration.py [--layers 2] [--out FILE.jsonl] \
+      [--configs qwen25_math_1p5b,...] [--pods v4-32,v5p-64,v6e-64] \
+      [--variants balance,dapo] [--phases sampling,old_logp,...]
+
+For every (config, pod, variant) it resolves the layout by the plan's rule
+(`from_config.resolve_layout`), compiles each phase's real program for the
+pod's topology with the TPU compiler (libtpu, no chip: `python -m
+ada_jax.plan --check --target tpu` does the same for one config) and prints
+one line per phase: plan / compiled GiB, their ratio and the compile time;
+`--out` appends each as a JSON line (with XLA's arguments, outputs, aliased
+and temporaries) so a later run can refit the planner's TPU terms
+(planner/memory.py, FIT_TPU) from them. A layout the rule refuses (nothing
+fits the pod) is printed as such and compiled at the largest tensor axis.
+
+Needs `pip install libtpu` (requirements-test.txt has it). Slow: a phase of
+a 2-layer paper model compiles in 10-80 s on 2 cores; at full depth the
+sampling round (unrolled over layers) takes minutes.
+
+Dimension legend: none (per-device bytes only).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import pathlib
+import sys
+import time
+
+os.environ.setdefault('JAX_PLATFORMS', 'cpu')
+_ROOT = pathlib.Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(_ROOT))
+
+from ada_jax import from_config, plan, sharding  # noqa: E402
+from ada_jax.infra import tpu_pods  # noqa: E402
+from ada_jax.planner import chips  # noqa: E402
+from ada_jax.planner import memory as memory_plan  # noqa: E402
+
+PAPER = (
+  'qwen25_math_1p5b',
+  'llama32_3b_instruct',
+  'qwen3_4b_instruct',
+  'qwen25_math_7b',
+)
+PHASES = ('sampling', 'old_logp', 'update', 'pass_rates', 'evaluation', 'selection')
+
+
+def calibrate(config: str, pod: str, variant: str, layers: int, phases, out=None):
+  """Plan vs TPU-compiled per phase for one config on one pod; prints lines."""
+  spec = f'configs/{config}.py:tpu={pod},variant={variant}'
+  c = from_config.load(spec)
+  cfg = plan.model_config(c, config)
+  if layers:
+    cfg = dataclasses.replace(cfg, num_layers=layers)
+  cfg = dataclasses.replace(cfg, platform='tpu')
+  p = tpu_pods.pod(pod)
+  hbm = chips.CHIPS[p.generation].hbm_gib * 2**30
+  chosen = from_config.resolve_layout(c, cfg, p.chips, hbm, 'tpu', refuse=False)
+  shapes = from_config.step_shapes(c, cfg)
+  mesh_shape = memory_plan.resolve_mesh(dict(c.mesh), p.chips)
+  pl = memory_plan.plan(cfg, shapes, mesh_shape, backend='tpu')
+  mesh = sharding.make_mesh(mesh_shape, tpu_pods.devices(p))
+  fits = 'fits' if chosen is None or chosen.fits else 'does NOT fit'
+  print(
+    f'{config} {pod} {variant} L={cfg.num_layers}: mesh {mesh_shape} micro '
+    f'{shapes.micro_batch_rows} ({fits}: peak {pl.peak / 2**30:.2f} GiB)',
+    flush=True,
+  )
+  for phase in phases:
+    start = time.perf_counter()
+    got = plan.compiled_phases(cfg, shapes, mesh, (phase,))[phase]
+    seconds = time.perf_counter() - start
+    planned = pl.program_bytes(phase)
+    print(
+      f'  {phase:<11} plan {planned / 2**30:8.3f} GiB  compiled '
+      f'{got.total / 2**30:8.3f} GiB  ratio {planned / got.total:5.2f}  '
+      f'({seconds:.0f} s)',
+      flush=True,
+    )
+    if out:
+      row = dict(
+        config=config,
+        pod=pod,
+        variant=variant,
+        layers=cfg.num_layers,
+        mesh=mesh_shape,
+        micro=shapes.micro_batch_rows,
+        phase=phase,
+        plan=planned,
+        compiled=got.total,
+        compile_s=round(seconds, 1),
+        **dataclasses.asdict(got),
+        items={i.name.strip(): i.bytes for i in pl.items},
+      )
+      with open(out, 'a') as f:
+        f.write(json.dumps(row) + '\n')
+
+
+def main(argv=None) -> None:
+  """Command line (see the module docstring)."""
+  p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  p.add_argument('--configs', default=','.join(PAPER))
+  p.add_argument('--pods', default='v4-32,v5p-64,v6e-64')
+  p.add_argument('--variants', default='balance,dapo')
+  p.add_argument('--phases', default=','.join(PHASES))
+  p.add_argument('--layers', type=int, default=2, help='0: full depth')
+  p.add_argument('--out', default='')
+  args = p.parse_args(argv)
+  for config in args.configs.split(','):
+    for pod in args.pods.split(','):
+      for variant in args.variants.split(','):
+        calibrate(config, pod, variant, args.layers, args.phases.split(','), args.out)
+
+
+if __name__ == '__main__':
+  main()

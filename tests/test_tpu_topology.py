@@ -1,0 +1,244 @@
+"""Real TPU topologies on a CPU host: meshes, per-host feeding, TPU programs.
+
+libtpu (requirements-test.txt) describes a pod's devices without a chip
+(`infra.tpu_pods`): their `process_index` and physical coordinates, and the
+TPU compiler compiles for them ahead of time. The platform is set
+explicitly here (the programs' target is `ModelConfig.platform='tpu'`; the
+host backend stays CPU), and libtpu's complaints about a missing TPU VM are
+quieted by `tpu_pods`, so the CPU suite is unaffected.
+
+- Every preset of every paper config and of the tiny config builds its mesh
+  on the pod's real devices, and every process feeds exactly its devices'
+  rows (simulated per process from the devices' `process_index`), for the
+  example pods and for every size of each generation.
+- TPU-target programs of a reduced model compile for one topology per
+  generation; a paper config's programs use splash and the stacked decode
+  cache in the TPU-compiled HLO, the tiny config's T = 26 stays dense.
+"""
+
+import dataclasses
+import itertools
+import re
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from ada_jax import attention, from_config, plan, sharding
+from ada_jax import model as model_lib
+from ada_jax.infra import multihost, tpu_pods
+from ada_jax.planner import chips
+from ada_jax.planner import memory as memory_plan
+from configs import common
+
+PAPER = (
+  'qwen25_math_1p5b',
+  'llama32_3b_instruct',
+  'qwen3_4b_instruct',
+  'qwen25_math_7b',
+)
+# Every size the generations offer, small to large (the example pods first).
+SIZES = {
+  'v4': ('v4-8', 'v4-16', 'v4-32', 'v4-64', 'v4-128', 'v4-256'),
+  'v5p': ('v5p-8', 'v5p-16', 'v5p-32', 'v5p-64', 'v5p-128', 'v5p-256'),
+  'v5e': ('v5litepod-1', 'v5litepod-4', 'v5litepod-8', 'v5e-16', 'v5e-32', 'v5e-64',
+          'v5e-128', 'v5e-256'),
+  'v6e': ('v6e-8', 'v6e-16', 'v6e-32', 'v6e-64', 'v6e-128', 'v6e-256'),
+}  # fmt: skip
+
+
+def _feeds_every_row(mesh, rows: int) -> list[list[tuple[int, int]]]:
+  """Simulates each process's `multihost.global_rows` on a pod's mesh.
+
+  For each process, the blocks its devices take from the whole host array
+  (every process holds all rows) must be exactly those devices' rows; all
+  processes together cover every row on every replica. Returns each
+  process's row blocks.
+  """
+  sh = multihost.rows_sharding(mesh, rows)
+  host = np.arange(rows)
+  index_map = sh.devices_indices_map((rows,))
+  per_process = []
+  seen = np.zeros(rows, int)
+  for p in sorted({d.process_index for d in mesh.devices.flat}):
+    mine = {d: ix for d, ix in index_map.items() if d.process_index == p}
+    assert mine, p
+    for ix in mine.values():
+      block = host[ix]  # What the callback hands the device.
+      np.testing.assert_array_equal(block, np.arange(rows)[ix])
+      seen[block] += 1
+    blocks = multihost.row_blocks(sh, rows, process_index=p)
+    held = np.concatenate([np.arange(lo, hi) for lo, hi in blocks])
+    assert set(held) == set(np.concatenate([host[ix] for ix in mine.values()]))
+    per_process.append(blocks)
+  # Every row on as many devices as hold any row (tensor replicas).
+  block = len(host[next(iter(index_map.values()))])
+  assert (seen == len(index_map) * block // rows).all()
+  return per_process
+
+
+def test_pods_by_accelerator_type():
+  p = tpu_pods.pod('v5p-64')
+  assert (p.generation, p.chips, p.topology, p.hosts) == ('v5p', 32, 'v5p:2x4x4', 8)
+  assert tpu_pods.pod('v4-32').topology == 'v4:2x2x4'
+  assert tpu_pods.pod('v5litepod-16') == dataclasses.replace(
+    tpu_pods.pod('v5e-16'), accelerator='v5litepod-16'
+  )
+  assert (tpu_pods.pod('v6e-8').hosts, tpu_pods.pod('v6e-64').hosts) == (1, 16)
+  for bad in ('v3-8', 'v5p-6', 'v4-4', 'v6e-512', 'tpu'):
+    with pytest.raises(ValueError, match=re.escape(repr(bad))):
+      tpu_pods.pod(bad)
+  for gen, names in SIZES.items():
+    for name in names:
+      pod = tpu_pods.pod(name)
+      devs = tpu_pods.devices(pod)
+      assert len(devs) == pod.chips and pod.generation == gen
+      hosts = sorted({d.process_index for d in devs})
+      assert hosts == list(range(pod.hosts)), name
+      assert all(
+        sum(d.process_index == h for d in devs) == pod.chips_per_host_count
+        for h in hosts
+      )
+  assert set(SIZES) <= set(chips.CHIPS)  # The planner knows every generation.
+
+
+@pytest.mark.parametrize('name', [*PAPER, 'tiny_arith'])
+def test_every_preset_meshes_and_feeds_on_the_real_topology(name):
+  """The rule's mesh on the example pods' devices; every host feeds its rows."""
+  variants = ('balance', 'dapo', 'grpo') if name != 'tiny_arith' else ('balance',)
+  for pod_name, variant in itertools.product(common.EXAMPLE_PODS, variants):
+    c = from_config.load(f'configs/{name}.py:tpu={pod_name},variant={variant}')
+    pod = tpu_pods.pod(pod_name)
+    cfg = plan.model_config(c, name)
+    hbm = chips.CHIPS[pod.generation].hbm_gib * 2**30
+    from_config.resolve_layout(c, cfg, pod.chips, hbm, 'tpu', refuse=False)
+    shape = memory_plan.resolve_mesh(dict(c.mesh), pod.chips)
+    mesh = sharding.make_mesh(shape, tpu_pods.devices(pod))
+    assert mesh.devices.size == pod.chips
+    dp = shape[0] * shape[1]
+    assert c.rl.micro_batch_rows % dp == 0 and c.rl.slots % dp == 0
+    assert cfg.num_kv_heads % shape[2] == 0
+    blocks = _feeds_every_row(mesh, c.rl.prompts_per_step)
+    _feeds_every_row(mesh, c.rl.slots)
+    if (name, pod_name, variant, shape[2]) == (
+      'qwen25_math_1p5b',
+      'v5p-64',
+      'balance',
+      1,
+    ):
+      # The case the old per-host slicing refused: host 0's rows in 4 blocks.
+      assert blocks[0] == [(0, 16), (64, 80), (256, 272), (320, 336)]
+
+
+@pytest.mark.parametrize('gen', sorted(SIZES))
+def test_meshes_on_every_pod_size(gen):
+  """1.5B and 7B layouts, any tensor axis the rule may pick, on every size."""
+  for name in SIZES[gen]:
+    pod = tpu_pods.pod(name)
+    devs = tpu_pods.devices(pod)
+    for tensor in (1, 2, 4):
+      if pod.chips % tensor:
+        continue
+      mesh = sharding.make_mesh((1, -1, tensor), devs)
+      _feeds_every_row(mesh, 512)
+
+
+def _count_mosaic(compiled) -> int:
+  return len(re.findall(r'custom_call_target="tpu_custom_call"', compiled.as_text()))
+
+
+_REDUCED = model_lib.ModelConfig(
+  model_type='qwen2',
+  vocab_size=1024,
+  hidden_size=256,
+  intermediate_size=512,
+  num_layers=1,
+  num_heads=2,
+  num_kv_heads=2,
+  head_dim=128,
+  qkv_bias=True,
+  dtype=jnp.bfloat16,
+  remat='block',
+  platform='tpu',
+  max_position_embeddings=1024,
+)
+
+
+@pytest.mark.parametrize('pod_name', ['v4-8', 'v5p-8', 'v5litepod-4', 'v6e-8'])
+def test_reduced_model_compiles_for_each_generation(pod_name):
+  """Update, old-logp and a round of a 1-layer model, TPU-compiled per generation.
+
+  T = 512 (splash in the training forward) and N = 256 (4 decode blocks: the
+  stacked response cache).
+  """
+  pod = tpu_pods.pod(pod_name)
+  mesh = sharding.make_mesh((1, -1, 1), tpu_pods.devices(pod))
+  dp = mesh.shape['fsdp']
+  shapes = memory_plan.StepShapes(
+    prompts=2 * dp,
+    prompt_len=256,
+    new_tokens=256,
+    slots=4 * dp,
+    max_rounds=1,
+    rows=4 * dp,
+    mini_batch_rows=2 * dp,
+    micro_batch_rows=dp,
+  )
+  assert attention.resolve('auto', 512, 512, 'tpu') == 'splash'
+  programs = plan.compiled_programs(
+    _REDUCED, shapes, mesh, ('old_logp', 'update', 'sampling')
+  )
+  assert _count_mosaic(programs['old_logp']) >= 1
+  assert _count_mosaic(programs['update']) >= 2  # Forward and backward kernels.
+  assert _count_mosaic(programs['sampling']) == 0  # Decode is plain XLA.
+  for compiled in programs.values():
+    assert plan._memory(compiled).total > 0
+
+
+def test_paper_config_targets_splash_and_the_stacked_cache():
+  """`--target tpu` at a paper config's lengths, 1 layer, a smaller batch.
+
+  T = 1024 + 2048 resolves to splash on TPU (Mosaic calls in the compiled
+  old-logp pass), the 2048-token response is held stacked [S, G, N, K] (its
+  shape in the compiled round); on CPU the same config resolves to chunked
+  attention and a cache in blocks. The tiny config's T = 26 is dense on
+  every platform and compiles no Mosaic call.
+  """
+  c = from_config.load(
+    'configs/qwen25_math_1p5b.py:tpu=v5p-8',
+    [
+      '--config.rl.prompts_per_step=8',
+      '--config.rl.slots=64',
+      '--config.rl.mini_batch_rows=16',
+      '--config.rl.micro_batch_rows=4',
+      '--config.mesh.tensor=1',
+    ],
+  )
+  cfg = dataclasses.replace(
+    plan.model_config(c, 'qwen25_math_1p5b'), num_layers=1, platform='tpu'
+  )
+  shapes = from_config.step_shapes(c, cfg)
+  pod = tpu_pods.pod('v5p-8')
+  mesh = sharding.make_mesh((1, 4, 1), tpu_pods.devices(pod))
+  t = shapes.prompt_len + shapes.new_tokens
+  assert attention.resolve(cfg.attention, t, t, 'tpu') == 'splash'
+  assert attention.resolve(cfg.attention, t, t, 'cpu') == 'chunked'
+  n = shapes.new_tokens
+  assert not attention.round_cache_blocked(n, 'tpu')
+  assert attention.round_cache_blocked(n, 'cpu')
+  programs = plan.compiled_programs(cfg, shapes, mesh, ('old_logp', 'sampling'))
+  assert _count_mosaic(programs['old_logp']) >= 1
+  s_dev = shapes.slots // 4
+  stacked = f'bf16[{s_dev},{cfg.num_kv_heads},{n},{cfg.head_dim}]'
+  assert stacked in programs['sampling'].as_text()
+
+  tiny = from_config.load('configs/tiny_arith.py:tpu=v5p-8')
+  tcfg = dataclasses.replace(plan.model_config(tiny, 'tiny_arith'), platform='tpu')
+  tt = tiny.data.prompt_bucket + tiny.sampling.max_new_tokens
+  for platform in ('tpu', 'gpu', 'cpu'):
+    assert attention.resolve(tcfg.attention, tt, tt, platform) == 'dense'
+  tshapes = dataclasses.replace(
+    from_config.step_shapes(tiny, tcfg), micro_batch_rows=4, mini_batch_rows=64
+  )
+  got = plan.compiled_programs(tcfg, tshapes, mesh, ('old_logp',))['old_logp']
+  assert _count_mosaic(got) == 0
