@@ -55,7 +55,8 @@ Normalisation (both sides)
   * Units: after a number, a trailing ``\\text{...}`` of words (``3 \\text{
     apples}``, ``5\\,\\text{cm}^2``) or a unit from a fixed list separated by a
     space (``5 cm``, ``10 square units``, ``2 m/s``) is dropped, and so is a
-    leading ``\\$``. "all real numbers" and ``\\mathbb{R}`` are the real line.
+    leading ``\\$`` (a trailing a.m./p.m. stays: it is part of a time).
+    "all real numbers" and ``\\mathbb{R}`` are the real line.
 
 Numbers
   * Exact comparison first: ``2/4`` = ``1/2`` (unreduced fractions are
@@ -84,6 +85,19 @@ Numbers
     ``\\log`` without a base is base 10, ``\\sqrt[3]{-8}`` = -2, ``\\infty``
     follows sympy's extended arithmetic (``2\\infty`` = ``\\infty``).
   * ``\\pm`` makes a two-element set: ``1 \\pm \\sqrt2`` = ``{1+\\sqrt2, 1-\\sqrt2}``.
+  * Undefined values are equal to nothing, not even to each other: a zero
+    denominator, a ratio with a zero term, sympy's ``zoo`` and ``nan``, a limit
+    that does not exist (``\\frac{5}{0}`` != ``\\frac{2}{0}``, ``1/0`` !=
+    ``2/0``, ``\\tan(\\pi/2)`` != ``\\tan(3\\pi/2)``, ``\\log 0`` !=
+    ``\\log 0 + 1``). ``\\infty`` and ``-\\infty`` are ordinary values. An
+    undefined reference (``\\frac{7}{0}``, ``\\text{undefined}``, DNE) is
+    matched only by the same normalised text or by words that say so
+    (undefined, not defined, does not exist, DNE, no solution).
+  * Times of day: when both sides have the form h:mm (two-digit minutes
+    below 60, an optional am/pm), they are equal exactly when hours, minutes
+    and am/pm are (``03:00`` = ``3:00``; ``3:00`` != ``10:00``; ``3:00 pm``
+    != ``3:00``). Otherwise ``a:b`` is a ratio (``3:00`` against ``3`` is the
+    undefined ratio 3 : 0).
 
 Expressions, equations, structures
   * Expressions are equal if sympy's evaluated difference is 0, or if at 4
@@ -104,7 +118,8 @@ Expressions, equations, structures
     or a tuple in order (``x = 2, x = 3`` or ``x_1 = 2, x_2 = 3``, one name,
     stays a set).
   * Ratios ``a : b`` match proportional ratios (``4:14`` = ``2:7``) and a
-    two-part ratio matches its quotient (``2:7`` = ``\\frac27``).
+    two-part ratio matches its quotient (``2:7`` = ``\\frac27``); a ratio
+    with a zero term is undefined (above).
   * Approximation: ``E \\approx d`` (E exact, d a decimal) answers with E,
     or with d against a decimal reference that E rounds to (``\\frac13
     \\approx 0.34`` never answers 0.34), but only if every decimal after
@@ -235,6 +250,32 @@ def _space_key(text: str) -> str:
   return re.sub(r'(?<!\d) +| +(?!\d)', '', text)
 
 
+# A time of day: h:mm, two-digit minutes below 60, an optional am/pm.
+_TIME = re.compile(r'^(\d{1,2}):([0-5]\d)(?:\s*([ap])\.?\s*m\.?)?$', re.IGNORECASE)
+# An undefined value said in words.
+_UNDEFINED_WORDS = re.compile(
+  r'^(?:(?:the\s+)?(?:limit|value|answer|it)\s+)?(?:is\s+)?'
+  r'(?:undefined|not\s+defined|does\s*n[o\']t\s+exist|dne|'
+  r'(?:there\s+is\s+)?no\s+(?:real\s+)?solutions?)$'
+)
+
+
+def _time(text: str) -> tuple[int, int, str] | None:
+  """``(hours, minutes, 'a' | 'p' | '')`` of a time of day h:mm, else None."""
+  match = _TIME.match(text.strip())
+  if not match:
+    return None
+  hours, minutes, half = int(match.group(1)), int(match.group(2)), match.group(3)
+  half = (half or '').lower()
+  if hours > (12 if half else 23) or (half and hours == 0):
+    return None
+  return hours, minutes, half
+
+
+def _says_undefined(text: str) -> bool:
+  return bool(_UNDEFINED_WORDS.match(_text_key(text).rstrip('.')))
+
+
 def _parse(text: str) -> Any:
   return vv.to_value(parser.parse(text))
 
@@ -282,6 +323,15 @@ def _compare(pred: str, reference: str) -> bool:
     return bool(pm_) and (pm_.group(1) or pm_.group(2) or pm_.group(3)).upper() == (
       mc.group(1) or mc.group(2)
     )
+  ref_time, pred_time = _time(ref.text), _time(pn.text)
+  if ref_time is not None and pred_time is not None:
+    # Both times of day: the same time (03:00 = 3:00), am/pm given alike.
+    return pred_time == ref_time
+  if (ref_kind == 'text' and _says_undefined(ref.text)) or (
+    ref_kind == 'value' and vc.undefined_value(ref_value)
+  ):
+    # An undefined reference (7/0, DNE): only the same words or text.
+    return _says_undefined(pn.text)
   if ref_kind == 'text':
     return _text_key(pn.text) == _text_key(ref.text)
   if ref_kind != 'value':

@@ -306,6 +306,9 @@ def _drop_trailing_text(match: re.Match[str]) -> str:
   words = match.group('w').strip(' .').lower()
   if words in ('or', 'and', 'e', 'i') or not re.search(r'\d', match.group('v')):
     return match.group(0)
+  half = re.sub(r'[ .]', '', words)
+  if half in ('am', 'pm'):  # 3:00 \text{ p.m.}: a time keeps its half of the day
+    return f'{match.group("v")} {half}'
   return match.group('v')
 
 
