@@ -9,7 +9,18 @@ from ada_jax import verifier
 from ada_jax.verifier import warmup
 from tests.verifier_form_cases import FORM_CASES
 
-FORMS = ('undefined', 'time')
+FORMS = (
+  'undefined',
+  'time',
+  'boxes_reference',
+  'expression_label',
+  'assignments',
+  'glued_units',
+  'latex_shorthand',
+  'set_ops',
+  'interval_inequality',
+  'commuted_products',
+)
 
 
 @pytest.fixture(scope='module', autouse=True)

@@ -25,7 +25,14 @@ Extraction
     alone). Any other words between boxes (a correction) leave the last box
     alone; identical boxes count once, and boxes that all equal a single
     reference value (``\\boxed{\\frac12}`` or ``\\boxed{0.5}``) match it.
-    References are read the same way.
+    References are read the same way, and boxes side by side in a reference
+    (``\\boxed{3}\\boxed{5}``) are a list too. JSON-escaped boxes
+    (``\\\\boxed{3}, \\\\boxed{5}``) join like the others.
+  * Several answers: a list is unordered when the reference lists solutions
+    (a bare list, a set, several boxes: ``-7, 2`` = ``2, -7``) and ordered
+    when it is a tuple or a sequence (``(1, 4)``, a labelled list ``a = 1,
+    b = 4``). Solutions written as assignments and separated by ``;`` are
+    tuples: ``a=1,b=4;a=3,b=2`` = ``(1,4),(3,2)`` = ``(3,2),(1,4)``.
   * No last-number / "the answer is" fallback in the reward; ``verify(...,
     allow_answer_is=True)`` enables "answer is X" for evaluation only.
   * The reference is authoritative but normalised by the same code; it may come
@@ -34,20 +41,24 @@ Extraction
 
 Normalisation (both sides)
   * Doubled backslashes (JSON-escaped LaTeX, ``\\\\frac{1}{2}``) are halved
-    when every backslash run has even length and one starts a command.
+    when every backslash run has even length and one starts a command or a
+    spacing command (``1\\\\,+\\\\,x``).
   * Dropped: ``$``, ``\\(\\)``, ``\\[\\]``, ``\\left``/``\\right``, spacing
     commands, ``\\displaystyle``, ``\\limits``, outer braces and boxes (inner
     ``\\boxed{X}`` becomes X), a trailing period, ``\\$``, a leading "the
     answer is", a function prefix ``f(x) =`` or ``f(2) =`` (numeric arguments
-    only), dots after a decimal (``0.707\\ldots`` is 0.707), ``\\angle``, and a leading label
-    in words (``\\text{Area} = 12``) or a name of 3-4 capitals (``ABC = 30``).
+    only), dots after a decimal (``0.707\\ldots`` is 0.707), ``\\angle``,
+    ``\\triangle``, and a leading label in words (``\\text{Area} = 12``), a
+    name of 3-4 capitals (``ABC = 30``) or an expression of point names:
+    ``\\frac{AM}{MC} =``, ``|PQ| =``, ``[ABCD] =``, ``S_{ABC} =``,
+    ``\\overline{AB} =`` (``2|PQ| = 8`` and ``|x| = 4`` stay equations).
     ``\\text``/``\\mathrm``/``\\mathbf``... are unwrapped. Two answers whose
     normalised strings are equal up to spaces are equivalent (checked first);
     a space between two digits counts (``12 40`` is not ``1240``).
   * Thousands separators only as ``1,000`` (whole answer), ``1{,}000``,
     ``1,\\!000``, a LaTeX space before exactly three digits with optional
     spaces around it (``12\\,400``, ``12 \\, 400``, ``1\\ 234\\ 567``,
-    ``12{,} 400``), or plain spaces when the whole answer is digit groups
+    ``12{,} 400``, ``23{ , }417``), or plain spaces when the whole answer is digit groups
     (``12 400``). Any other comma separates list items (``1,2`` is a list,
     never 12; ``12, 400`` is a list).
   * ``1.5e3`` is 1500; ``0.\\overline{3}`` is exactly 1/3; ``2\\frac{1}{2}`` (an
@@ -55,7 +66,14 @@ Normalisation (both sides)
   * Units: after a number, a trailing ``\\text{...}`` of words (``3 \\text{
     apples}``, ``5\\,\\text{cm}^2``) or a unit from a fixed list separated by a
     space (``5 cm``, ``10 square units``, ``2 m/s``) is dropped, and so is a
-    leading ``\\$`` (a trailing a.m./p.m. stays: it is part of a time).
+    leading ``\\$`` (a trailing a.m./p.m. stays: it is part of a time). A
+    unit of two or more letters may be glued to the number (``12.5cm³``,
+    ``36cm^2``; ``5m`` stays a product), and a ``$`` after it is dropped
+    (``2,500.50$`` is 2500.50). When both sides name a physical unit
+    (length, mass, time, volume, speed, dollars, cents; spellings such as
+    cm and centimeters are one unit), it must be the same one, power
+    included: ``5 m`` != ``5 cm``, ``40 cm^2`` != ``40 cm``. A unit on one
+    side only is dropped; other words (3 apples) are labels.
     "all real numbers" and ``\\mathbb{R}`` are the real line.
 
 Numbers
@@ -77,8 +95,9 @@ Numbers
     ``1.414``; ``1/3`` != ``0.33``).
   * Two different decimals never match (``3.1416`` != ``3.14159``).
   * Percent: only if ``%`` (or the words percent, per cent, percentage,
-    pct) appears on a side, ``v%`` also
-    matches ``v`` and ``v/100`` (``20\\%`` = ``20`` = ``0.2``). No x100 rule.
+    pct) appears on one side, ``v%`` also matches ``v`` and ``v/100``
+    (``20\\%`` = ``20`` = ``0.2``). Two percentages compare their numbers
+    (``0.44\\%`` != ``44\\%``). No x100 rule.
   * Degrees: ``^\\circ``/"degrees" is dropped and numbers compared; no
     degree/radian conversion (``30^\\circ`` != ``\\pi/6``).
   * ``e`` and ``\\mathrm{e}`` are Euler's number, ``i`` is the imaginary unit,
@@ -100,6 +119,9 @@ Numbers
     undefined ratio 3 : 0).
 
 Expressions, equations, structures
+  * Products commute wherever they stand (``a_n = n 2^{n-1}`` = ``a_n =
+    2^{n-1} n``; a number after a factor with a symbol multiplies it, two
+    numbers never do); ``a_{n+1}``, ``S_{ABC}`` are names.
   * Expressions are equal if sympy's evaluated difference is 0, or if at 4
     positive rational points (distinct per symbol, 50 digits, over the union
     of both sides' symbols, so ``\\sin^2 x + \\cos^2 x`` = 1) they agree to
@@ -138,8 +160,15 @@ Expressions, equations, structures
     ``x < 3``, ``-3 \\le w < 8``, ``8 > w \\ge -3``) matches: a model is not
     paid for copying the question's unsolved inequality (``2x+1 < 7``).
     Solved inequalities joined by "or" or commas are a union
-    (``x < -1 or x > 3``).
-  * Sets (``\\{...\\}``, bare comma lists, ``\\pm``, "or"/"and") are unordered.
+    (``x < -1 or x > 3``). A function's value in an inequality is the bare
+    symbol (a range: ``-1 < g(x) < 3`` = ``(-1, 3)``). An inequality on an
+    absolute value is the union it denotes (``|x| > 2`` = ``(-\\infty, -2)
+    \\cup (2, \\infty)``, ``|x - 1| \\ge 2`` = ``(-\\infty, -1] \\cup [3,
+    \\infty)``); against a reference interval it counts as solved only when
+    the symbol's coefficient is +-1 (``|2x - 1| < 5`` is the question).
+  * Sets (``\\{...\\}``, bare comma lists, ``\\pm``, "or"/"and", ``, and``)
+    are unordered; a union of written sets is a set (``\\{2,5\\} \\cup
+    \\{1,7\\}`` = ``\\{1,2,5,7\\}``).
     A written set ``\\{...\\}`` (on either side) is a set: an element listed
     twice counts once (``\\{3, 5, 3\\}`` = ``\\{3, 5\\}``). Otherwise they are
     multisets of equal size; tuples ``(a, b, c)`` and ``[a, b, c]`` are ordered;
@@ -315,6 +344,8 @@ def _compare(pred: str, reference: str) -> bool:
   pn = an.normalize(pred)
   if not pn.text:
     return False
+  if pn.unit and ref.unit and pn.unit != ref.unit:
+    return False  # 5 cm is not 5 m: both sides named a unit, not the same one
   if _space_key(pn.text) == _space_key(ref.text):
     return True
   mc = _MC_REF.match(ref.text)
@@ -352,7 +383,7 @@ def _ref_answer(reference: str) -> str:
   if len(reference) > an.MAX_REFERENCE_CHARS:
     return ''
   if '\\boxed' in reference or '\\fbox' in reference:
-    return an.extract(reference, limit=an.MAX_REFERENCE_CHARS) or ''
+    return an.extract(reference, limit=an.MAX_REFERENCE_CHARS, side_by_side=True) or ''
   return reference
 
 

@@ -131,8 +131,9 @@ def scalar_equiv(p: vv.Scalar, r: vv.Scalar, flags: Flags) -> bool:
     return _symbolic_equal(a, b)
   if _number_equal(p, r):
     return True
-  if flags.pred_percent or flags.ref_percent:
-    # 20% vs 0.2 or 0.2 vs 20%: only when a % was written.
+  if flags.pred_percent != flags.ref_percent:
+    # 20% vs 0.2 or 0.2 vs 20%: only when one side wrote a %; two
+    # percentages compare their numbers (0.44% is not 44%).
     if flags.pred_percent and _exact_equal(a / 100, b):
       return True
     if flags.ref_percent and _exact_equal(a, b / 100):
