@@ -10,11 +10,18 @@ Measures, on one fixed mix of realistic (response, reference) pairs:
   * each backend's agreement with the mix's labels (false positives
     counted), the two backends' agreement with each other, and the same on
     the answer kinds of tests/verifier_kind_cases.py (through the pool, with
-    a hard per-item deadline ``--timeout-s``: an item past it scores False).
+    a hard per-item deadline ``--timeout-s``: an item past it scores False);
+  * the same on the property-based draws of
+    tests/verifier_property_cases.py (``--draws`` per answer kind, labelled
+    by the generators' own values): each backend's agreement and false
+    positives, and where the two backends disagree, which one the
+    generator's value says is right, per kind.
 
 Math-Verify is the ``math_verify`` extra: pip install -e '.[math_verify]'.
+Without it the script measures ours alone and says so.
 
-Run: python benchmarks/verifier.py [--seconds 5] [--workers 2] [--json out.json]
+Run: python benchmarks/verifier.py [--seconds 5] [--workers 2] [--draws 40]
+     [--json out.json]
 """
 
 from __future__ import annotations
@@ -107,6 +114,22 @@ def _agreement(verdicts: list[bool], mix: list[tuple[str, str, bool]]) -> str:
   return f'{right}/{len(mix)} ({false_pos} FP)'
 
 
+def _disagreements(pairs, ada: list[bool], mv: list[bool]) -> str:
+  """Per kind, where the backends disagree: how often each is right.
+
+  Right means the verdict equals the generator's value (``Pair.equal``);
+  ``kind: ada n / mv m`` counts the disagreements each one wins.
+  """
+  wins: dict[str, list[int]] = {}
+  for p, a, m in zip(pairs, ada, mv, strict=True):
+    if a != m:
+      counts = wins.setdefault(p.kind, [0, 0])
+      counts[0 if a == p.equal else 1] += 1
+  if not wins:
+    return 'none'
+  return ', '.join(f'{k}: ada {a} / mv {m}' for k, (a, m) in sorted(wins.items()))
+
+
 def _batch_rate(verifier, backend: str, reps: int, workers: int) -> tuple[float, float]:
   responses = [r for r, _, _ in MIX]
   references = [ref for _, ref, _ in MIX]
@@ -129,6 +152,9 @@ def main() -> None:
   parser.add_argument(
     '--timeout-s', type=float, default=5.0, help='per-item deadline on the kinds'
   )
+  parser.add_argument(
+    '--draws', type=int, default=40, help='property-based draws per answer kind'
+  )
   parser.add_argument('--json', help='also write the figures to this file')
   args = parser.parse_args()
 
@@ -136,12 +162,24 @@ def main() -> None:
   from ada_jax import verifier
   from ada_jax.verifier import backends
   from tests.verifier_kind_cases import KIND_CASES
+  from tests.verifier_property_cases import draws as property_draws
 
-  backends.require()
+  try:
+    backends.require()
+    names = backends.BACKENDS
+  except ImportError as err:
+    print(f'math_verify extra missing ({err}): measuring ours (ada) alone')
+    names = (backends.ADA,)
   kinds = [(r, ref, label) for _, r, ref, label in KIND_CASES]
-  figures: dict[str, object] = {'mix_size': len(MIX), 'kinds_size': len(kinds)}
+  pairs = property_draws(args.draws)
+  drawn = [(p.response, p.reference, p.equal) for p in pairs]
+  figures: dict[str, object] = {
+    'mix_size': len(MIX),
+    'kinds_size': len(kinds),
+    'draws_size': f'{len(drawn)} ({args.draws} per kind)',
+  }
   verdicts = {}
-  for name in backends.BACKENDS:
+  for name in names:
 
     def fn(r, ref, name=name):
       return backends.verify(r, ref, name)
@@ -158,19 +196,33 @@ def main() -> None:
       backend=name,
     ).tolist()
     verdicts[name + '_kinds'] = kind_verdicts
+    verdicts[name + '_draws'] = verifier.verify_batch(
+      [r for r, _, _ in drawn],
+      [ref for _, ref, _ in drawn],
+      timeout_s=args.timeout_s,
+      workers=args.workers,
+      backend=name,
+    ).tolist()
     figures[f'{name}_per_s'] = round(rate, 1)
     figures[f'{name}_batch_per_s'] = round(batch_rate, 1)
     figures[f'{name}_batch_startup_s'] = round(startup, 2)
     figures[f'{name}_agreement'] = _agreement(verdicts[name], MIX)
     figures[f'{name}_kinds_agreement'] = _agreement(kind_verdicts, kinds)
+    figures[f'{name}_draws_agreement'] = _agreement(verdicts[name + '_draws'], drawn)
   figures['batch_workers'] = args.workers
-  figures['ratio_ada_over_math_verify'] = round(
-    float(figures['ada_per_s']) / float(figures['math_verify_per_s']), 2
-  )
-  for suffix, mix in (('', MIX), ('_kinds', kinds)):
-    a, m = verdicts['ada' + suffix], verdicts['math_verify' + suffix]
-    same = sum(x == y for x, y in zip(a, m, strict=True))
-    figures[f'backends_agree{suffix}'] = f'{same}/{len(mix)}'
+  if len(names) > 1:
+    figures['ratio_ada_over_math_verify'] = round(
+      float(figures['ada_per_s']) / float(figures['math_verify_per_s']), 2
+    )
+    for suffix, mix in (('', MIX), ('_kinds', kinds), ('_draws', drawn)):
+      a, m = verdicts['ada' + suffix], verdicts['math_verify' + suffix]
+      same = sum(x == y for x, y in zip(a, m, strict=True))
+      figures[f'backends_agree{suffix}'] = f'{same}/{len(mix)}'
+    figures['draws_disagree_by_kind'] = _disagreements(
+      pairs, verdicts['ada_draws'], verdicts['math_verify_draws']
+    )
+  else:
+    figures['backends'] = 'ada only (math_verify extra not installed)'
   width = max(len(k) for k in figures)
   for key, value in figures.items():
     print(f'{key:<{width}}  {value}')

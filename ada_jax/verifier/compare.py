@@ -52,6 +52,15 @@ def _split_approx(rel: vv.Rel) -> tuple[Any, list[Any]] | None:
   return head, tail
 
 
+def undefined_value(value: Any) -> bool:
+  """An undefined scalar (``vs.undefined``) or a ratio with a zero or undefined term."""
+  if isinstance(value, vv.Scalar):
+    return vs.undefined(value.expr)
+  if isinstance(value, vv.Seq) and value.kind == 'ratio':
+    return any(vs.undefined(i.expr) or i.expr.is_zero for i in value.items)
+  return False
+
+
 def equiv(p: Any, r: Any, flags: vs.Flags) -> bool:
   """Reference-directed equivalence of two interpreted values."""
   vd.check()
@@ -188,16 +197,18 @@ def _equiv_ratio(p: Any, r: Any, flags: vs.Flags) -> bool:
 
   def quotient(v: Any) -> Any:
     if isinstance(v, vv.Seq) and v.kind == 'ratio':
-      if len(v.items) != 2 or v.items[1].expr == 0:
+      if len(v.items) != 2:
         return None
       return vv.Scalar(sympy.Mul(v.items[0].expr, sympy.Pow(v.items[1].expr, -1)))
     return v if isinstance(v, vv.Scalar) else None
 
+  if undefined_value(p) or undefined_value(r):
+    return False  # 3:0 is no ratio: never 6:0, 3, or another time 10:00
   p_ratio = isinstance(p, vv.Seq) and p.kind == 'ratio'
   r_ratio = isinstance(r, vv.Seq) and r.kind == 'ratio'
   if p_ratio and r_ratio:
     ps, rs = p.items, r.items
-    if len(ps) != len(rs) or ps[0].expr == 0 or rs[0].expr == 0:
+    if len(ps) != len(rs):
       return False
     return all(
       vs.scalar_equiv(
@@ -275,6 +286,8 @@ def _intervals_equal(p: vv.Intervals, r: vv.Intervals, flags: vs.Flags) -> bool:
     if (plc, phc) != (rlc, rhc):
       return False
     for pe, re_ in ((plo, rlo), (phi, rhi)):
+      if vs.undefined(pe) or vs.undefined(re_):
+        return False
       if not (pe == re_ or vs.scalar_equiv(vv.Scalar(pe), vv.Scalar(re_), flags)):
         return False
   return True

@@ -25,7 +25,14 @@ Extraction
     alone). Any other words between boxes (a correction) leave the last box
     alone; identical boxes count once, and boxes that all equal a single
     reference value (``\\boxed{\\frac12}`` or ``\\boxed{0.5}``) match it.
-    References are read the same way.
+    References are read the same way, and boxes side by side in a reference
+    (``\\boxed{3}\\boxed{5}``) are a list too. JSON-escaped boxes
+    (``\\\\boxed{3}, \\\\boxed{5}``) join like the others.
+  * Several answers: a list is unordered when the reference lists solutions
+    (a bare list, a set, several boxes: ``-7, 2`` = ``2, -7``) and ordered
+    when it is a tuple or a sequence (``(1, 4)``, a labelled list ``a = 1,
+    b = 4``). Solutions written as assignments and separated by ``;`` are
+    tuples: ``a=1,b=4;a=3,b=2`` = ``(1,4),(3,2)`` = ``(3,2),(1,4)``.
   * No last-number / "the answer is" fallback in the reward; ``verify(...,
     allow_answer_is=True)`` enables "answer is X" for evaluation only.
   * The reference is authoritative but normalised by the same code; it may come
@@ -34,20 +41,24 @@ Extraction
 
 Normalisation (both sides)
   * Doubled backslashes (JSON-escaped LaTeX, ``\\\\frac{1}{2}``) are halved
-    when every backslash run has even length and one starts a command.
+    when every backslash run has even length and one starts a command or a
+    spacing command (``1\\\\,+\\\\,x``).
   * Dropped: ``$``, ``\\(\\)``, ``\\[\\]``, ``\\left``/``\\right``, spacing
     commands, ``\\displaystyle``, ``\\limits``, outer braces and boxes (inner
     ``\\boxed{X}`` becomes X), a trailing period, ``\\$``, a leading "the
     answer is", a function prefix ``f(x) =`` or ``f(2) =`` (numeric arguments
-    only), dots after a decimal (``0.707\\ldots`` is 0.707), ``\\angle``, and a leading label
-    in words (``\\text{Area} = 12``) or a name of 3-4 capitals (``ABC = 30``).
+    only), dots after a decimal (``0.707\\ldots`` is 0.707), ``\\angle``,
+    ``\\triangle``, and a leading label in words (``\\text{Area} = 12``), a
+    name of 3-4 capitals (``ABC = 30``) or an expression of point names:
+    ``\\frac{AM}{MC} =``, ``|PQ| =``, ``[ABCD] =``, ``S_{ABC} =``,
+    ``\\overline{AB} =`` (``2|PQ| = 8`` and ``|x| = 4`` stay equations).
     ``\\text``/``\\mathrm``/``\\mathbf``... are unwrapped. Two answers whose
     normalised strings are equal up to spaces are equivalent (checked first);
     a space between two digits counts (``12 40`` is not ``1240``).
   * Thousands separators only as ``1,000`` (whole answer), ``1{,}000``,
     ``1,\\!000``, a LaTeX space before exactly three digits with optional
     spaces around it (``12\\,400``, ``12 \\, 400``, ``1\\ 234\\ 567``,
-    ``12{,} 400``), or plain spaces when the whole answer is digit groups
+    ``12{,} 400``, ``23{ , }417``), or plain spaces when the whole answer is digit groups
     (``12 400``). Any other comma separates list items (``1,2`` is a list,
     never 12; ``12, 400`` is a list).
   * ``1.5e3`` is 1500; ``0.\\overline{3}`` is exactly 1/3; ``2\\frac{1}{2}`` (an
@@ -55,7 +66,15 @@ Normalisation (both sides)
   * Units: after a number, a trailing ``\\text{...}`` of words (``3 \\text{
     apples}``, ``5\\,\\text{cm}^2``) or a unit from a fixed list separated by a
     space (``5 cm``, ``10 square units``, ``2 m/s``) is dropped, and so is a
-    leading ``\\$``. "all real numbers" and ``\\mathbb{R}`` are the real line.
+    leading ``\\$`` (a trailing a.m./p.m. stays: it is part of a time). A
+    unit of two or more letters may be glued to the number (``12.5cm³``,
+    ``36cm^2``; ``5m`` stays a product), and a ``$`` after it is dropped
+    (``2,500.50$`` is 2500.50). When both sides name a physical unit
+    (length, mass, time, volume, speed, dollars, cents; spellings such as
+    cm and centimeters are one unit), it must be the same one, power
+    included: ``5 m`` != ``5 cm``, ``40 cm^2`` != ``40 cm``. A unit on one
+    side only is dropped; other words (3 apples) are labels.
+    "all real numbers" and ``\\mathbb{R}`` are the real line.
 
 Numbers
   * Exact comparison first: ``2/4`` = ``1/2`` (unreduced fractions are
@@ -76,16 +95,33 @@ Numbers
     ``1.414``; ``1/3`` != ``0.33``).
   * Two different decimals never match (``3.1416`` != ``3.14159``).
   * Percent: only if ``%`` (or the words percent, per cent, percentage,
-    pct) appears on a side, ``v%`` also
-    matches ``v`` and ``v/100`` (``20\\%`` = ``20`` = ``0.2``). No x100 rule.
+    pct) appears on one side, ``v%`` also matches ``v`` and ``v/100``
+    (``20\\%`` = ``20`` = ``0.2``). Two percentages compare their numbers
+    (``0.44\\%`` != ``44\\%``). No x100 rule.
   * Degrees: ``^\\circ``/"degrees" is dropped and numbers compared; no
     degree/radian conversion (``30^\\circ`` != ``\\pi/6``).
   * ``e`` and ``\\mathrm{e}`` are Euler's number, ``i`` is the imaginary unit,
     ``\\log`` without a base is base 10, ``\\sqrt[3]{-8}`` = -2, ``\\infty``
     follows sympy's extended arithmetic (``2\\infty`` = ``\\infty``).
   * ``\\pm`` makes a two-element set: ``1 \\pm \\sqrt2`` = ``{1+\\sqrt2, 1-\\sqrt2}``.
+  * Undefined values are equal to nothing, not even to each other: a zero
+    denominator, a ratio with a zero term, sympy's ``zoo`` and ``nan``, a limit
+    that does not exist (``\\frac{5}{0}`` != ``\\frac{2}{0}``, ``1/0`` !=
+    ``2/0``, ``\\tan(\\pi/2)`` != ``\\tan(3\\pi/2)``, ``\\log 0`` !=
+    ``\\log 0 + 1``). ``\\infty`` and ``-\\infty`` are ordinary values. An
+    undefined reference (``\\frac{7}{0}``, ``\\text{undefined}``, DNE) is
+    matched only by the same normalised text or by words that say so
+    (undefined, not defined, does not exist, DNE, no solution).
+  * Times of day: when both sides have the form h:mm (two-digit minutes
+    below 60, an optional am/pm), they are equal exactly when hours, minutes
+    and am/pm are (``03:00`` = ``3:00``; ``3:00`` != ``10:00``; ``3:00 pm``
+    != ``3:00``). Otherwise ``a:b`` is a ratio (``3:00`` against ``3`` is the
+    undefined ratio 3 : 0).
 
 Expressions, equations, structures
+  * Products commute wherever they stand (``a_n = n 2^{n-1}`` = ``a_n =
+    2^{n-1} n``; a number after a factor with a symbol multiplies it, two
+    numbers never do); ``a_{n+1}``, ``S_{ABC}`` are names.
   * Expressions are equal if sympy's evaluated difference is 0, or if at 4
     positive rational points (distinct per symbol, 50 digits, over the union
     of both sides' symbols, so ``\\sin^2 x + \\cos^2 x`` = 1) they agree to
@@ -104,7 +140,8 @@ Expressions, equations, structures
     or a tuple in order (``x = 2, x = 3`` or ``x_1 = 2, x_2 = 3``, one name,
     stays a set).
   * Ratios ``a : b`` match proportional ratios (``4:14`` = ``2:7``) and a
-    two-part ratio matches its quotient (``2:7`` = ``\\frac27``).
+    two-part ratio matches its quotient (``2:7`` = ``\\frac27``); a ratio
+    with a zero term is undefined (above).
   * Approximation: ``E \\approx d`` (E exact, d a decimal) answers with E,
     or with d against a decimal reference that E rounds to (``\\frac13
     \\approx 0.34`` never answers 0.34), but only if every decimal after
@@ -123,8 +160,15 @@ Expressions, equations, structures
     ``x < 3``, ``-3 \\le w < 8``, ``8 > w \\ge -3``) matches: a model is not
     paid for copying the question's unsolved inequality (``2x+1 < 7``).
     Solved inequalities joined by "or" or commas are a union
-    (``x < -1 or x > 3``).
-  * Sets (``\\{...\\}``, bare comma lists, ``\\pm``, "or"/"and") are unordered.
+    (``x < -1 or x > 3``). A function's value in an inequality is the bare
+    symbol (a range: ``-1 < g(x) < 3`` = ``(-1, 3)``). An inequality on an
+    absolute value is the union it denotes (``|x| > 2`` = ``(-\\infty, -2)
+    \\cup (2, \\infty)``, ``|x - 1| \\ge 2`` = ``(-\\infty, -1] \\cup [3,
+    \\infty)``); against a reference interval it counts as solved only when
+    the symbol's coefficient is +-1 (``|2x - 1| < 5`` is the question).
+  * Sets (``\\{...\\}``, bare comma lists, ``\\pm``, "or"/"and", ``, and``)
+    are unordered; a union of written sets is a set (``\\{2,5\\} \\cup
+    \\{1,7\\}`` = ``\\{1,2,5,7\\}``).
     A written set ``\\{...\\}`` (on either side) is a set: an element listed
     twice counts once (``\\{3, 5, 3\\}`` = ``\\{3, 5\\}``). Otherwise they are
     multisets of equal size; tuples ``(a, b, c)`` and ``[a, b, c]`` are ordered;
@@ -235,6 +279,32 @@ def _space_key(text: str) -> str:
   return re.sub(r'(?<!\d) +| +(?!\d)', '', text)
 
 
+# A time of day: h:mm, two-digit minutes below 60, an optional am/pm.
+_TIME = re.compile(r'^(\d{1,2}):([0-5]\d)(?:\s*([ap])\.?\s*m\.?)?$', re.IGNORECASE)
+# An undefined value said in words.
+_UNDEFINED_WORDS = re.compile(
+  r'^(?:(?:the\s+)?(?:limit|value|answer|it)\s+)?(?:is\s+)?'
+  r'(?:undefined|not\s+defined|does\s*n[o\']t\s+exist|dne|'
+  r'(?:there\s+is\s+)?no\s+(?:real\s+)?solutions?)$'
+)
+
+
+def _time(text: str) -> tuple[int, int, str] | None:
+  """``(hours, minutes, 'a' | 'p' | '')`` of a time of day h:mm, else None."""
+  match = _TIME.match(text.strip())
+  if not match:
+    return None
+  hours, minutes, half = int(match.group(1)), int(match.group(2)), match.group(3)
+  half = (half or '').lower()
+  if hours > (12 if half else 23) or (half and hours == 0):
+    return None
+  return hours, minutes, half
+
+
+def _says_undefined(text: str) -> bool:
+  return bool(_UNDEFINED_WORDS.match(_text_key(text).rstrip('.')))
+
+
 def _parse(text: str) -> Any:
   return vv.to_value(parser.parse(text))
 
@@ -274,6 +344,8 @@ def _compare(pred: str, reference: str) -> bool:
   pn = an.normalize(pred)
   if not pn.text:
     return False
+  if pn.unit and ref.unit and pn.unit != ref.unit:
+    return False  # 5 cm is not 5 m: both sides named a unit, not the same one
   if _space_key(pn.text) == _space_key(ref.text):
     return True
   mc = _MC_REF.match(ref.text)
@@ -282,6 +354,15 @@ def _compare(pred: str, reference: str) -> bool:
     return bool(pm_) and (pm_.group(1) or pm_.group(2) or pm_.group(3)).upper() == (
       mc.group(1) or mc.group(2)
     )
+  ref_time, pred_time = _time(ref.text), _time(pn.text)
+  if ref_time is not None and pred_time is not None:
+    # Both times of day: the same time (03:00 = 3:00), am/pm given alike.
+    return pred_time == ref_time
+  if (ref_kind == 'text' and _says_undefined(ref.text)) or (
+    ref_kind == 'value' and vc.undefined_value(ref_value)
+  ):
+    # An undefined reference (7/0, DNE): only the same words or text.
+    return _says_undefined(pn.text)
   if ref_kind == 'text':
     return _text_key(pn.text) == _text_key(ref.text)
   if ref_kind != 'value':
@@ -302,7 +383,7 @@ def _ref_answer(reference: str) -> str:
   if len(reference) > an.MAX_REFERENCE_CHARS:
     return ''
   if '\\boxed' in reference or '\\fbox' in reference:
-    return an.extract(reference, limit=an.MAX_REFERENCE_CHARS) or ''
+    return an.extract(reference, limit=an.MAX_REFERENCE_CHARS, side_by_side=True) or ''
   return reference
 
 

@@ -163,7 +163,8 @@ def tokenize(text: str) -> list[tuple[str, str]]:
       word = text[i:j]
       i = j
       if word in ('or', 'and'):
-        toks.append(('op', ','))
+        if toks[-1:] != [('op', ',')]:  # 4, 9, and 16: one separator
+          toks.append(('op', ','))
       elif word in FUNCS or word == 'sqrt':
         toks.append(('cmd', word))
       elif word == 'pi':

@@ -83,11 +83,15 @@ def _outermost_box(text: str, pos: int) -> int:
   return -1
 
 
-def extract(response: str, *, limit: int = MAX_BOX_CHARS) -> str | None:
+def extract(
+  response: str, *, limit: int = MAX_BOX_CHARS, side_by_side: bool = False
+) -> str | None:
   """Content of the last ``\\boxed{...}``/``\\fbox{...}`` in ``response``.
 
   Returns None when there is no box, or the last box is not followed by ``{``,
   is unclosed, empty, or longer than ``limit`` characters. Linear time.
+  ``side_by_side`` (references) also joins boxes with nothing but spaces or
+  ``$`` between them (``\\boxed{3}\\boxed{5}``).
   """
   if not isinstance(response, str):
     return None
@@ -100,7 +104,7 @@ def extract(response: str, *, limit: int = MAX_BOX_CHARS) -> str | None:
   content = response[span[0] : span[1]]
   if not content.strip():
     return None
-  return _joined_boxes(response, pos, content, limit)
+  return _joined_boxes(response, pos, content, limit, side_by_side)
 
 
 # What may stand between two boxes of one answer: list separators (at least
@@ -110,11 +114,15 @@ _GLUE = re.compile(
   r'[A-Za-z](?:_\{?\w{1,3}\}?)?\s*=)*'
 )
 _GLUE_SEP = re.compile(r'[,;]|\b(?:and|or)\b')
+# Boxes side by side in a reference (\\boxed{3}\\boxed{5}): one list.
+_NO_GLUE = re.compile(r'[\s$]*')
 _MAX_GLUE = 40
 _MAX_JOINED = 10
 
 
-def _joined_boxes(text: str, pos: int, content: str, limit: int) -> str:
+def _joined_boxes(
+  text: str, pos: int, content: str, limit: int, side_by_side: bool
+) -> str:
   """Joins the boxes just before the last one when only list glue separates them.
 
   ``\\boxed{-1}, \\boxed{4}`` and ``\\boxed{2} or \\boxed{3}`` answer ``-1, 4``
@@ -131,7 +139,15 @@ def _joined_boxes(text: str, pos: int, content: str, limit: int) -> str:
     if span is None or span[1] >= pos:
       break
     glue = text[span[1] + 1 : pos]
-    if len(glue) > _MAX_GLUE or not _GLUE.fullmatch(glue) or not _GLUE_SEP.search(glue):
+    if pos > 0 and text[pos - 1] == '\\':
+      # JSON-escaped: \\boxed{3}, \\text{ and } \\boxed{5}; the glue is halved too.
+      glue = glue[:-1]
+      if any(len(r) % 2 for r in _BACKSLASH_RUN.findall(glue)):
+        break
+      glue = _BACKSLASH_RUN.sub(lambda m: '\\' * (len(m.group()) // 2), glue)
+    if len(glue) > _MAX_GLUE or not _GLUE.fullmatch(glue):
+      break
+    if not (_GLUE_SEP.search(glue) or (side_by_side and _NO_GLUE.fullmatch(glue))):
       break
     inner = text[span[0] : span[1]]
     if not inner.strip():
@@ -166,6 +182,7 @@ class Normalized:
   text: str
   percent: bool
   degrees: bool
+  unit: str = ''  # the dropped unit's key (``unit_key``), '' if none or unknown
 
 
 _UNICODE = {
@@ -185,6 +202,8 @@ _UNICODE = {
   '±': '\\pm',
   '∅': '\\emptyset',
   '\u00a0': ' ',
+  '²': '^2',
+  '³': '^3',
 }
 _TEXT_CMDS = 'text|textbf|textit|textrm|textnormal|mbox|hbox'
 _MATH_CMDS = 'mathrm|mathbf|mathit|mathsf|mathnormal|boldsymbol|bm|operatorname'
@@ -206,20 +225,117 @@ _UNITS = (
   r'cubic\s+inches|cubic\s+meters'
 )
 _TRAILING_UNIT = re.compile(
-  r'^(?P<v>.*[\d}).])\s+(?:(?:square|sq|cubic)\s+)?(?:'
+  r'^(?P<v>.*[\d}).])\s+(?P<u>(?:(?:square|sq|cubic)\s+)?(?:'
   + _UNITS
-  + r')(?:\s*\^\s*\{?[23]\}?)?$'
+  + r')(?:\s*\^\s*\{?[23]\}?)?)$'
 )
+# A unit of two or more letters glued to a number: 12.5cm, 3kg, 40cm^2 (one
+# letter, 5m, stays a product: m may be a variable).
+_GLUED_UNIT = re.compile(
+  r'^(?P<v>-?\d[\d,.{}]*)\s*(?P<u>(?:cm|mm|km|kg|mg|ml|mL|ft|yd|mi|lbs?|oz|mph|'
+  r'sec|min|hrs?|km/h|m/s)(?:\s*\^\s*\{?[23]\}?)?)$'
+)
+# Physical units and their keys: two answers that both name a unit must name
+# the same one (5 cm is not 5 m). Other words after a number (3 apples) are
+# labels, dropped without a key.
+_UNIT_KEYS = {
+  'mm': 'mm',
+  'millimeter': 'mm',
+  'millimetre': 'mm',
+  'cm': 'cm',
+  'centimeter': 'cm',
+  'centimetre': 'cm',
+  'm': 'm',
+  'meter': 'm',
+  'metre': 'm',
+  'km': 'km',
+  'kilometer': 'km',
+  'kilometre': 'km',
+  'in': 'in',
+  'inch': 'in',
+  'inche': 'in',
+  'ft': 'ft',
+  'foot': 'ft',
+  'feet': 'ft',
+  'yd': 'yd',
+  'yard': 'yd',
+  'mi': 'mi',
+  'mile': 'mi',
+  'mg': 'mg',
+  'milligram': 'mg',
+  'g': 'g',
+  'gram': 'g',
+  'kg': 'kg',
+  'kilogram': 'kg',
+  'lb': 'lb',
+  'pound': 'lb',
+  'oz': 'oz',
+  'ounce': 'oz',
+  's': 's',
+  'sec': 's',
+  'second': 's',
+  'min': 'min',
+  'minute': 'min',
+  'h': 'h',
+  'hr': 'h',
+  'hour': 'h',
+  'day': 'day',
+  'week': 'week',
+  'month': 'month',
+  'year': 'year',
+  'ml': 'ml',
+  'milliliter': 'ml',
+  'millilitre': 'ml',
+  'l': 'l',
+  'liter': 'l',
+  'litre': 'l',
+  'gallon': 'gal',
+  'dollar': '$',
+  '$': '$',
+  'cent': 'cent',
+  'm/s': 'm/s',
+  'km/h': 'km/h',
+  'km/hr': 'km/h',
+  'mph': 'mph',
+  'mi/h': 'mph',
+  'ft/s': 'ft/s',
+}
+
+
+def unit_key(unit: str) -> str:
+  """The key of a physical unit (``centimeters`` and ``cm^2`` -> cm, cm^2), else ''."""
+  words = unit.strip().lower().replace('{', '').replace('}', '')
+  power = ''
+  match = re.search(r'\s*\^\s*([23])$', words)
+  if match:
+    power, words = '^' + match.group(1), words[: match.start()]
+  for word, exponent in (('square ', '^2'), ('sq ', '^2'), ('cubic ', '^3')):
+    if words.startswith(word):
+      power, words = exponent, words[len(word) :]
+  words = words.strip().rstrip('.')
+  if words not in _UNIT_KEYS and words.endswith('s') and len(words) > 2:
+    words = words[:-1]  # centimeters, hours, dollars, mins
+  key = _UNIT_KEYS.get(words, '')
+  return key + power if key else ''
+
+
 # A trailing \text{words} after a number is a unit or a label: 3 \text{ apples}.
 _TRAILING_TEXT = re.compile(
   r'^(?P<v>.*?[\d}])\s*\\(?:text|mbox|textrm|mathrm)\s*\{\s*(?P<w>[A-Za-z][A-Za-z ./]*)\}'
   r'(?:\s*\^\s*\{?[23]\}?)?\s*$'
 )
 # A leading label in words or a polygon's name: \text{Area} = 12, ABC = 30.
+# Labels that are expressions of point names: \frac{AM}{MC} =, |PQ| =, [ABC] =,
+# S_{ABC} = (\triangle dropped), \overline{AB} =.
 _TEXT_LABEL = re.compile(
-  r'^\s*(?:\\(?:text|mathrm)\s*\{[A-Za-z][A-Za-z ]{0,29}\}|[A-Z]{3,4})\s*=(?!=)'
+  r'^\s*(?:\\(?:text|mathrm)\s*\{[A-Za-z][A-Za-z ]{0,29}\}|[A-Z]{3,4}'
+  r'|\\frac\{[A-Z]{1,4}\}\{[A-Z]{1,4}\}|\|[A-Z]{1,4}\||\[[A-Z]{2,4}\]'
+  r'|\\overline\{[A-Z]{2}\}|[A-Z]_\{\s*[A-Z]{2,4}\}|[A-Z]_[A-Z])\s*=(?!=)'
 )
-_ANGLE = re.compile(r'\\(?:measured)?angle(?![a-zA-Z])')
+# A function's value in an inequality: -1 < g(x) < 3 is a range (read as y).
+_FUNC_IN_INEQUALITY = re.compile(r'(?<![A-Za-z\\])[fghFGH]\s*\(\s*[a-z]\s*\)')
+_INEQUALITY = re.compile(r'[<>]|\\[lg]e(?:q|qslant)?(?![a-zA-Z])')
+_ANGLE = re.compile(r'\\(?:(?:measured)?angle|triangle)(?![a-zA-Z])')
 _REALS_WORDS = re.compile(r'^(?:all\s+)?real\s+numbers$', re.IGNORECASE)
 _ANSWER_PREFIX = re.compile(
   r'^\s*(?:the\s+)?(?:final\s+)?answer\s*(?:is)?\s*[:=]?\s*', re.IGNORECASE
@@ -302,15 +418,22 @@ def _inner_boxes(text: str) -> str:
   return text
 
 
-def _drop_trailing_text(match: re.Match[str]) -> str:
+def _drop_trailing_text(match: re.Match[str], units: list[str]) -> str:
   words = match.group('w').strip(' .').lower()
   if words in ('or', 'and', 'e', 'i') or not re.search(r'\d', match.group('v')):
     return match.group(0)
+  half = re.sub(r'[ .]', '', words)
+  if half in ('am', 'pm'):  # 3:00 \text{ p.m.}: a time keeps its half of the day
+    return f'{match.group("v")} {half}'
+  power = re.search(r'\^\s*\{?([23])', match.group(0)[match.end('w') - match.start() :])
+  units.append(words + (f'^{power.group(1)}' if power else ''))
   return match.group('v')
 
 
 # LaTeX spacing between digit groups: 12\\,400, 1\\ 234\\ 567, 12{,} 400.
-_SPACED_THOUSANDS = re.compile(r'(\d)\s*(?:\{,\}|\\[,;: !]|,\\!|~)\s*(?=\d{3}(?!\d))')
+_SPACED_THOUSANDS = re.compile(
+  r'(\d)\s*(?:\{\s*,\s*\}|\\[,;: !]|,\\!|~)\s*(?=\d{3}(?!\d))'
+)
 _PLAIN_SPACED_THOUSANDS = re.compile(r'^-?\d{1,3}(?: \d{3})+(?:\.\d+)?$')
 _BACKSLASH_RUN = re.compile(r'\\+')
 
@@ -325,7 +448,7 @@ def _halve_backslashes(text: str) -> str:
   if '\\\\' not in text:
     return text
   runs = _BACKSLASH_RUN.findall(text)
-  if any(len(r) % 2 for r in runs) or not re.search(r'\\\\[a-zA-Z{}]', text):
+  if any(len(r) % 2 for r in runs) or not re.search(r'\\\\[a-zA-Z{},;:!]', text):
     return text
   return _BACKSLASH_RUN.sub(lambda m: '\\' * (len(m.group()) // 2), text)
 
@@ -339,6 +462,7 @@ def normalize(answer: str) -> Normalized:
   for key, value in _UNICODE.items():
     if key in text:
       text = text.replace(key, value)
+  units: list[str] = ['dollar'] if '\\$' in text else []
   text = text.replace('\\$', ' ').replace('\\%', '\\% ')
   text = unwrap(text).replace('$', '')
   text = _inner_boxes(text)
@@ -358,7 +482,7 @@ def normalize(answer: str) -> Normalized:
     text = _PERCENT.sub(' ', text)
   text = _ANGLE.sub(' ', text)
   text = _TEXT_LABEL.sub('', text)
-  text = _TRAILING_TEXT.sub(_drop_trailing_text, text)
+  text = _TRAILING_TEXT.sub(lambda m: _drop_trailing_text(m, units), text)
   for _ in range(20):
     # Spaces keep a unit apart from its number (5\\mathrm{cm} -> 5 cm).
     new = _WRAP.sub(r' \2 ', text)
@@ -375,12 +499,19 @@ def normalize(answer: str) -> Normalized:
   text = _FUNC_LHS.sub('', text)
   text = _FUNC_VALUE_LHS.sub('', text)
   text = _TRAILING_DOTS.sub(r'\1', text)
+  if (
+    _INEQUALITY.search(text)
+    and len(_FUNC_IN_INEQUALITY.findall(text)) == 1
+    and 'y' not in _FUNC_IN_INEQUALITY.sub('', text)
+  ):
+    text = _FUNC_IN_INEQUALITY.sub('y', text)
   text = _REALS_WORDS.sub(r'\\reals', text.strip())
   text = re.sub(r'\s+', ' ', text).strip()
   for _ in range(2):
-    match = _TRAILING_UNIT.match(text)
+    match = _TRAILING_UNIT.match(text) or _GLUED_UNIT.match(text)
     if match and re.search(r'\d', match.group('v')):
       text = match.group('v').strip()
+      units.append(match.group('u'))
   text = text.rstrip(' .')
   text = unwrap(text).strip()
   text = _REPEAT.sub(_repeating, text)
@@ -392,4 +523,6 @@ def normalize(answer: str) -> Normalized:
   sci = _SCI.match(text)
   if sci:
     text = f'{sci.group(1)}\\times10^{{{sci.group(2)}}}'
-  return Normalized(text=text, percent=percent, degrees=degrees)
+  keys = {unit_key(u) for u in units} - {''}
+  unit = keys.pop() if len(keys) == 1 else ''
+  return Normalized(text=text, percent=percent, degrees=degrees, unit=unit)

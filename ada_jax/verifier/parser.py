@@ -70,11 +70,15 @@ class _Parser:
     return items[0] if len(items) == 1 else ('list', items)
 
   def items(self) -> list[nodes.Node]:
-    out = [self.relation()]
+    groups = [[self.relation()]]
     while self.is_op(',', ';'):
-      self.i += 1
-      out.append(self.relation())
-    return out
+      if self.take()[1] == ';':
+        groups.append([])
+      groups[-1].append(self.relation())
+    if len(groups) > 1 and len({len(g) for g in groups}) == 1 and len(groups[0]) > 1:
+      # a=1, b=4; a=3, b=2: semicolons between solutions of equal length.
+      return [('list', g) for g in groups]
+    return [item for g in groups for item in g]
 
   def relation(self) -> nodes.Node:
     parts, ops = [self.ratio()], []
@@ -131,7 +135,10 @@ class _Parser:
       if self.is_op('*', '/'):
         op = self.take()[1]
         factors.append((op, self.factor()))
-      elif self.starts_implicit():
+      elif self.starts_implicit() or (
+        self.peek()[0] == 'num' and _has_symbol(factors[-1][1])
+      ):
+        # n 2^{n-1} is a product; 12 40 (two numbers) never is.
         nxt = self.factor()
         prev = factors[-1][1]
         if (
@@ -241,9 +248,12 @@ class _Parser:
       parts = []
       while not self.is_op('}'):
         k, t = self.take()
-        if k not in ('num', 'letter', 'word'):
+        if k not in ('num', 'letter', 'word') and (k, t) not in (
+          ('op', '+'),
+          ('op', '-'),
+        ):
           raise nodes.ParseError('bad subscript')
-        parts.append(t)
+        parts.append(t)  # a_{n-1}, S_{ABC}: one name
       self.i += 1
       return ''.join(parts)
     raise nodes.ParseError('bad subscript')
@@ -381,6 +391,14 @@ class _Parser:
     return ('matrix', rows)
 
 
+def _has_symbol(node: object) -> bool:
+  if isinstance(node, tuple):
+    return (len(node) > 1 and node[0] == 'sym') or any(_has_symbol(c) for c in node)
+  if isinstance(node, list):
+    return any(_has_symbol(c) for c in node)
+  return False
+
+
 def _is_int_literal(node: nodes.Node) -> bool:
   return node[0] == 'num' and '.' not in node[1]
 
@@ -395,8 +413,9 @@ def parse(text: str) -> nodes.Node:
   """
   toks = lexer.tokenize(text)
   for k, (kind, word) in enumerate(toks):
+    # A word is text, unless it names an environment or is a subscript: S_{ABC}.
     if kind == 'word' and not (
-      k >= 2 and toks[k - 2] in (('cmd', 'begin'), ('cmd', 'end'))
+      k >= 2 and toks[k - 2] in (('cmd', 'begin'), ('cmd', 'end'), ('op', '_'))
     ):
       raise nodes.TextAnswerError(word)
   node = _Parser(toks).parse()

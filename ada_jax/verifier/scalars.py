@@ -16,6 +16,7 @@ from typing import Any
 import mpmath
 import numpy as np
 import sympy
+from sympy.calculus.accumulationbounds import AccumBounds
 
 from ada_jax.verifier import deadline as vd
 from ada_jax.verifier import values as vv
@@ -27,6 +28,22 @@ class Flags:
 
   pred_percent: bool
   ref_percent: bool
+
+
+def undefined(expr: Any) -> bool:
+  """Whether ``expr`` has no value (the root of every "undefined" rule).
+
+  Undefined: ``zoo`` (a zero denominator, ``\\tan(\\pi/2)``, ``\\log 0``),
+  ``nan``, an accumulation bound (a limit that does not exist) or an
+  infinity other than +oo and -oo. Undefined values never compare equal,
+  not even to themselves (``\\frac{5}{0}`` is not ``\\frac{2}{0}``); +oo
+  and -oo are ordinary values.
+  """
+  if not isinstance(expr, sympy.Basic):
+    return False
+  if expr.has(sympy.zoo, sympy.nan, AccumBounds):
+    return True
+  return bool(expr.is_number and expr.is_infinite and expr not in (sympy.oo, -sympy.oo))
 
 
 def numeric(expr: sympy.Expr, digits: int) -> complex | None:
@@ -56,6 +73,8 @@ def _mp_close(a: sympy.Expr, b: sympy.Expr, digits: int, rel: float) -> bool:
 
 def _exact_equal(a: sympy.Expr, b: sympy.Expr) -> bool:
   """Equality of two symbol-free exact values (no absolute tolerance)."""
+  if undefined(a) or undefined(b):
+    return False
   if a == b:
     return True
   if not (a.is_finite and b.is_finite):
@@ -106,12 +125,15 @@ def approximates(dec: vv.Scalar, exact: vv.Scalar) -> bool:
 def scalar_equiv(p: vv.Scalar, r: vv.Scalar, flags: Flags) -> bool:
   """Whether prediction ``p`` equals reference ``r`` under the numeric policy."""
   a, b = p.expr, r.expr
+  if undefined(a) or undefined(b):
+    return False
   if a.free_symbols or b.free_symbols:
     return _symbolic_equal(a, b)
   if _number_equal(p, r):
     return True
-  if flags.pred_percent or flags.ref_percent:
-    # 20% vs 0.2 or 0.2 vs 20%: only when a % was written.
+  if flags.pred_percent != flags.ref_percent:
+    # 20% vs 0.2 or 0.2 vs 20%: only when one side wrote a %; two
+    # percentages compare their numbers (0.44% is not 44%).
     if flags.pred_percent and _exact_equal(a / 100, b):
       return True
     if flags.ref_percent and _exact_equal(a, b / 100):
@@ -146,6 +168,8 @@ def _point(syms: list[Any], num: int, den: int) -> dict[Any, Any]:
 
 
 def _symbolic_equal(a: sympy.Expr, b: sympy.Expr) -> bool:
+  if undefined(a) or undefined(b):
+    return False
   if a == b:
     return True
   diff = sympy.Add(a, -b)

@@ -112,9 +112,15 @@ def to_value(node: nodes.Node) -> Any:
   if kind == 'pair':
     return Seq('pair', [to_value(node[1]), to_value(node[2])], node[3] + node[4])
   if kind == 'union':
+    values = [to_value(part) for part in node[1]]
+    if all(isinstance(v, Seq) and v.kind == 'set' for v in values):
+      # \{2, 5\} \cup \{1, 7\} is the set \{1, 2, 5, 7\}.
+      items = [i for v in values for i in v.items]
+      if len(items) > MAX_ITEMS:
+        raise nodes.GuardError('too many items')
+      return Seq('set', items)
     parts = []
-    for part in node[1]:
-      value = to_value(part)
+    for value in values:
       intervals = as_intervals(value)
       if intervals is None:
         raise nodes.ParseError('union of non-intervals')
@@ -289,6 +295,8 @@ def inequality_intervals(rel: Rel, *, solved: bool = False) -> Intervals | None:
     exprs, ops = exprs[::-1], [{'>': '<', '>=': '<='}[o] for o in ops[::-1]]
   if any(o in ('>', '>=') for o in ops):
     return None
+  if len(exprs) == 2 and any(isinstance(e, sympy.Abs) for e in exprs):
+    return _abs_intervals(exprs, ops[0], solved)
   syms = [i for i, e in enumerate(exprs) if isinstance(e, sympy.Symbol)]
   if len(syms) != 1 or any(e.free_symbols for i, e in enumerate(exprs) if i != syms[0]):
     return None if solved else _linear_intervals(exprs, ops)
@@ -298,6 +306,35 @@ def inequality_intervals(rel: Rel, *, solved: bool = False) -> Intervals | None:
     (exprs[k + 1], ops[k] == '<=') if k + 1 < len(exprs) else (sympy.oo, False)
   )
   return Intervals([(lo, hi, lo_closed, hi_closed)])
+
+
+def _abs_intervals(exprs: list[Any], op: str, solved: bool) -> Intervals | None:
+  """``|u| < c`` or ``c < |u|`` (u linear in one symbol, c > 0) as intervals.
+
+  ``solved`` demands ``u = \\pm x + b``: ``|x - 1| \\ge 2`` is an answer,
+  ``|2x - 1| \\ge 3`` still a question.
+  """
+  inside, c = (
+    (exprs[0].args[0], exprs[1])
+    if isinstance(exprs[0], sympy.Abs)
+    else (
+      exprs[1].args[0],
+      exprs[0],
+    )
+  )
+  if c.free_symbols or not c.is_positive or len(inside.free_symbols) != 1:
+    return None
+  sym = next(iter(inside.free_symbols))
+  lin = _linear(inside, sym)
+  if lin is None or (solved and abs(lin[0]) != 1):
+    return None
+  if isinstance(exprs[0], sympy.Abs):  # |u| < c: -c < u < c
+    return _linear_intervals([-c, inside, c], [op, op])
+  below = _linear_intervals([inside, -c], [op])  # u < -c or u > c
+  above = _linear_intervals([c, inside], [op])
+  if below is None or above is None:
+    return None
+  return Intervals(below.parts + above.parts)
 
 
 def _linear_intervals(exprs: list[Any], ops: list[str]) -> Intervals | None:
