@@ -489,6 +489,7 @@ class Trainer:
       verifier_timeouts=out.verifier_counters.get('timeouts', 0),
       verifier_guard_trips=out.verifier_counters.get('guard_trips', 0),
       verifier_parse_failures=out.verifier_counters.get('parse_failures', 0),
+      verifier_worker_deaths=out.verifier_counters.get('worker_deaths', 0),
       num_compiles=compiles.num_compiles(),
       time_sample_s=out.time_sample_s,
       time_verify_s=out.time_verify_s,
