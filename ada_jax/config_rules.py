@@ -349,6 +349,14 @@ def _cross_model(c: Any) -> None:
   # An empty hf_path builds the random tiny model with the tiny task's
   # tokenizer, which only reads the `tiny` template: any other template
   # means a real model was meant and its directory is missing.
+  if hf_path:
+    from ada_jax import hf
+
+    try:
+      vocab = int(hf.read_hf_config(hf_path).get('vocab_size', 0))
+      hf.check_vocab(hf_path, vocab, c.model.tokenizer_path or None)
+    except hf.VocabError as e:
+      raise ConfigError(f'config model.hf_path: {e}') from None
   if not hf_path and c.data.template != 'tiny':
     raise ConfigError(
       'config model.hf_path is empty: pass --config.model.hf_path=/path/to/'

@@ -395,8 +395,8 @@ def trainer(
   import jax
   import jax.numpy as jnp
 
-  from ada_jax import hf, sharding
   from ada_jax import model as model_lib
+  from ada_jax import sharding
   from ada_jax.infra import checkpoint as checkpoint_lib
   from ada_jax.infra import metrics as metrics_lib
   from ada_jax.rl import rollout, update
@@ -411,7 +411,13 @@ def trainer(
   train_ex, sft_ex, eval_ex = _examples(c, workdir, tok)
   if c.model.hf_path:
     model = model_lib.with_config(
-      hf.load_model(c.model.hf_path, dtype=dtype, param_dtype=param_dtype, mesh=mesh_),
+      _load_hf(
+        c.model.hf_path,
+        c.model.tokenizer_path or None,
+        dtype=dtype,
+        param_dtype=param_dtype,
+        mesh=mesh_,
+      ),
       **execution(c),
     )
   else:
@@ -507,6 +513,16 @@ def trainer(
   return t
 
 
+def _load_hf(path: str, tokenizer_dir: str | None, **kw: Any):
+  """`hf.load_model`; a tokenizer id outside the embedding is a ConfigError."""
+  from ada_jax import hf
+
+  try:
+    return hf.load_model(path, tokenizer_dir=tokenizer_dir, **kw)
+  except hf.VocabError as e:
+    raise ConfigError(str(e)) from None
+
+
 @dataclasses.dataclass(frozen=True)
 class Policy:
   """A policy to sample from, for evaluation and prompt selection.
@@ -551,8 +567,8 @@ def policy(c: Any, checkpoint: str) -> Policy:
   from etils import epath
   from flax import nnx
 
-  from ada_jax import hf, sharding
   from ada_jax import model as model_lib
+  from ada_jax import sharding
   from ada_jax.infra import checkpoint as checkpoint_lib
 
   mesh_ = mesh(c)
@@ -560,8 +576,9 @@ def policy(c: Any, checkpoint: str) -> Policy:
     from ada_jax import tokenizer as tokenizer_lib
 
     model = model_lib.with_config(
-      hf.load_model(
+      _load_hf(
         checkpoint,
+        c.model.tokenizer_path or None,
         dtype=jnp.dtype(c.model.dtype),
         param_dtype=jnp.dtype(c.model.param_dtype),
         mesh=mesh_,
