@@ -435,6 +435,32 @@ def check_vocab(
     )
 
 
+def fingerprint(path: str | os.PathLike, sample_bytes: int = 1 << 16) -> str:
+  """A short content hash of an HF directory's model: not its path.
+
+  SHA-256 over config.json and, for each safetensors file (name order), its
+  name, size and first and last `sample_bytes`: the header names every
+  tensor's shape and offsets, the samples catch other weights of the same
+  shapes, and a multi-GB checkpoint is not read whole. A directory moved
+  (e.g. to gs://, copied back) keeps its fingerprint.
+  """
+  import hashlib
+
+  path = os.fspath(path)
+  h = hashlib.sha256()
+  with open(os.path.join(path, 'config.json'), 'rb') as f:
+    h.update(f.read())
+  for name in sorted(n for n in os.listdir(path) if n.endswith('.safetensors')):
+    file = os.path.join(path, name)
+    size = os.path.getsize(file)
+    h.update(f'{name}:{size}'.encode())
+    with open(file, 'rb') as f:
+      h.update(f.read(sample_bytes))
+      f.seek(max(0, size - sample_bytes))
+      h.update(f.read(sample_bytes))
+  return h.hexdigest()[:16]
+
+
 def read_hf_config(path: str | os.PathLike) -> dict[str, Any]:
   """The parsed config.json of an HF directory.
 
