@@ -218,6 +218,7 @@ job_ended() {
   case $rc in
     "") echo "ended, exit code not recorded: see logs" ;;
     0) echo "exit 0: finished" ;;
+    73) echo "exit 73: busy: another live process holds this --workdir (its lease names it): nothing written" ;;
     75) echo "exit 75: stopped after a checkpoint: resumable (run again with the same --workdir)" ;;
     *) echo "failed (exit $rc): see logs" ;;
   esac

@@ -222,6 +222,9 @@ def _rules() -> dict[str, Rule]:
     'rl.histogram_prompts': count,
     'rl.histogram_k': positive,
     'rl.eval_sampled_k': Int(0, why='0: greedy evaluation only'),
+    'rl.max_nonfinite_steps': Int(
+      1, why='consecutive steps with every update non-finite that stop the run'
+    ),
     'sampling.max_new_tokens': positive,
     'sampling.temperature': Float(
       0.0,
@@ -262,6 +265,38 @@ def _dataset_check(name: str) -> str | None:
   ):
     return None
   return f"must be 'ada_arith', 'ada_columns' or 'ada_math_local/<one of {configs}>'"
+
+
+# The run's identity (issue 39): every key with a rule is in one class.
+# COMPUTATION keys change what the run computes (the model's architecture
+# and dtypes, the data by name, split, levels and filter, the variant and
+# controller, the optimizer and schedule, lengths, sampling, SFT, the
+# reward, the seed): a rerun of a run directory may not change them.
+# Everything else (paths, logging, checkpoint and evaluation cadence, mesh,
+# micro-batch, attention implementation, remat, slots, verifier workers and
+# timeouts, stop guards) may change between the runs of one directory;
+# each change is recorded in config_history.jsonl with its step. The model
+# itself is compared by content (`from_config.identity`: a fingerprint of
+# its config.json and weights), not by model.hf_path.
+COMPUTATION = 'computation'
+EXECUTION = 'execution'
+_EXECUTION_KEYS = frozenset({
+  'mesh.data', 'mesh.fsdp', 'mesh.tensor',
+  'model.hf_path', 'model.tokenizer_path', 'model.init_from',
+  'model.attention', 'model.remat',
+  'data.data_dir', 'data.manual_dir',
+  'rl.micro_batch_rows', 'rl.slots', 'rl.eval_every', 'rl.max_nonfinite_steps',
+  'verifier.timeout_s', 'verifier.workers',
+  'checkpoint.every', 'checkpoint.keep',
+  'log.samples_per_step', 'log.tensorboard', 'log.wandb_project',
+})  # fmt: skip
+
+
+def key_classes() -> dict[str, str]:
+  """Every key with a rule -> COMPUTATION or EXECUTION (see above)."""
+  return {
+    k: EXECUTION if k in _EXECUTION_KEYS else COMPUTATION for k in sorted(_rules())
+  }
 
 
 def leaves(c: Mapping[str, Any], prefix: str = '') -> Iterator[tuple[str, Any]]:
@@ -367,6 +402,14 @@ def _cross_model(c: Any) -> None:
   # An empty hf_path builds the random tiny model with the tiny task's
   # tokenizer, which only reads the `tiny` template: any other template
   # means a real model was meant and its directory is missing.
+  if hf_path:
+    from ada_jax import hf
+
+    try:
+      vocab = int(hf.read_hf_config(hf_path).get('vocab_size', 0))
+      hf.check_vocab(hf_path, vocab, c.model.tokenizer_path or None)
+    except hf.VocabError as e:
+      raise ConfigError(f'config model.hf_path: {e}') from None
   if not hf_path and c.data.template != 'tiny':
     raise ConfigError(
       'config model.hf_path is empty: pass --config.model.hf_path=/path/to/'

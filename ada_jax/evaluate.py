@@ -54,6 +54,7 @@ from typing import Any
 import numpy as np
 
 from ada_jax import from_config
+from ada_jax.infra import exit_codes
 
 # Reference section 8.2: Table 1's weighted average uses the set sizes.
 PAPER_WEIGHTS = {
@@ -371,6 +372,9 @@ def main(argv: Sequence[str] | None = None) -> None:
       seed=args.seed,
       graders=args.graders,
     )
+  except from_config.ConfigError as e:  # Bad input (e.g. the vocabulary): 2.
+    print(f'error: {e}', file=sys.stderr)
+    sys.exit(exit_codes.BAD_INPUT)
   except (FileNotFoundError, ImportError, ValueError, run_dir.WorkdirError) as e:
     sys.exit(f'error: {e}')
 

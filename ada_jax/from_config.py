@@ -14,6 +14,10 @@ everything takes typed settings. In order of use:
 - `scorer(c, tok)`: the verifier's settings bound once (`scoring.Scorer`),
   for the trainer and the commands that score samples; `verifier_backend(c)`
   the grader it uses.
+- `identity(c, workdir, extend_steps)`: a rerun against the run's recorded
+  config: a changed computation key is a ConfigError naming the keys and
+  both values; the other keys' changes and `--extend-steps` come back to be
+  recorded in `config_history.jsonl`.
 - `trainer(c, workdir)`: mesh, data, model, settings (the controller's as
   `adaptive.ControllerSettings`) and the Trainer, resumed from the
   workdir's latest checkpoint, or started over with the earlier run files
@@ -499,10 +503,12 @@ def trainer(
   *,
   verify_fn: Callable[..., Any] | None = None,
   announce: Callable[[str], None] = print,
+  schedule_ends: tuple[int, ...] = (),
 ) -> trainer_lib.Trainer:
   """Mesh, tokenizer, data, model, settings and the Trainer from a config.
 
-  `verify_fn` replaces `verifier.verify_batch` in the trainer's `scorer`.
+  `verify_fn` replaces `verifier.verify_batch` in the trainer's `scorer`;
+  `schedule_ends` are `Identity.schedule_ends` (an extended run's schedules).
 
   Resumes from the workdir's latest usable checkpoint and truncates each
   phase's metrics rows to it; with none usable but earlier run files there
@@ -512,14 +518,18 @@ def trainer(
   Raises:
     ConfigError: a config value found bad only with the data at hand.
     run_dir.WorkdirError: the workdir is not writable.
+    multihost.AgreedError: process 0 failed to set the earlier files aside or
+      to open the metrics writer (e.g. wandb missing): raised on every
+      process, with one exit code.
   """
   import jax
   import jax.numpy as jnp
 
-  from ada_jax import hf, sharding
   from ada_jax import model as model_lib
+  from ada_jax import sharding
   from ada_jax.infra import checkpoint as checkpoint_lib
   from ada_jax.infra import metrics as metrics_lib
+  from ada_jax.infra import multihost
   from ada_jax.rl import rollout, update
   from ada_jax.rl import trainer as trainer_lib
 
@@ -532,7 +542,13 @@ def trainer(
   train_ex, sft_ex, eval_ex = _examples(c, workdir, tok)
   if c.model.hf_path:
     model = model_lib.with_config(
-      hf.load_model(c.model.hf_path, dtype=dtype, param_dtype=param_dtype, mesh=mesh_),
+      _load_hf(
+        c.model.hf_path,
+        c.model.tokenizer_path or None,
+        dtype=dtype,
+        param_dtype=param_dtype,
+        mesh=mesh_,
+      ),
       **execution(c),
     )
   else:
@@ -575,6 +591,7 @@ def trainer(
     histogram_k=rl.histogram_k,
     eval_sampled_k=rl.get('eval_sampled_k', 0),
     samples_to_log=c.log.samples_per_step,
+    schedule_ends=tuple(schedule_ends),
   )
   sft = trainer_lib.SFTSettings(**dict(c.sft))
   tx = update.make_optimizer(weight_decay=rl.weight_decay)
@@ -605,8 +622,12 @@ def trainer(
     keep = {'rl': t.step}
     if is_main:
       announce(f'resumed from step {t.step} of {rl.steps} ({ckpt.directory})')
-  else:
-    if is_main and run_dir.progress_files(workdir):
+  # Process 0 alone sets files aside and opens the writer (wandb is an
+  # optional import): every process learns whether it failed.
+  with multihost.agreed(
+    {run_dir.WorkdirError: 2, ImportError: 2, OSError: 1, ValueError: 1}
+  ):
+    if not resumed and is_main and run_dir.progress_files(workdir):
       moved = run_dir.set_aside(workdir)
       why = (
         f'its checkpoints {ckpt.unusable} are unusable (moved to '
@@ -615,17 +636,182 @@ def trainer(
         else 'it has no checkpoint (stopped before its first one, e.g. during SFT)'
       )
       announce(f'starting {workdir} over: {why}; its earlier files are kept in {moved}')
-    if c.model.get('init_from', ''):
-      t.init_from(c.model.init_from)
-  t.writer = metrics_lib.MetricsWriter(
-    workdir,
-    process_index=jax.process_index(),
-    tensorboard=c.log.tensorboard,
-    wandb_project=c.log.wandb_project or None,
-    config=c,
-    keep=keep,
-  )
+    t.writer = metrics_lib.MetricsWriter(
+      workdir,
+      process_index=jax.process_index(),
+      tensorboard=c.log.tensorboard,
+      wandb_project=c.log.wandb_project or None,
+      config=c,
+      keep=keep,
+    )
+  if not resumed and c.model.get('init_from', ''):
+    t.init_from(c.model.init_from)
+  if is_main and t.writer.lost_rows:
+    logging.warning(
+      'metrics: rows lost before the checkpoint at step %d: %s (the metrics '
+      'file was cut, e.g. by a power loss; counted in summary.json)',
+      t.step,
+      ', '.join(f'{p} step {s}' for p, s in t.writer.lost_rows),
+    )
   return t
+
+
+def _load_hf(path: str, tokenizer_dir: str | None, **kw: Any):
+  """`hf.load_model`; a tokenizer id outside the embedding is a ConfigError."""
+  from ada_jax import hf
+
+  try:
+    return hf.load_model(path, tokenizer_dir=tokenizer_dir, **kw)
+  except hf.VocabError as e:
+    raise ConfigError(str(e)) from None
+
+
+@dataclasses.dataclass(frozen=True)
+class Identity:
+  """A run's identity check (`identity`).
+
+  Attributes:
+    fresh: the workdir records no config: a new run.
+    derived: identity entries not in the config (`model.fingerprint`).
+    changes: key -> (recorded, given) of the keys that may change and did,
+      `rl.steps` included when extended; recorded with their step.
+    steps: the rl.steps this run goes to.
+    schedule_ends: the last step of each schedule: the run's rl.steps, then
+      each extension's (`RLSettings.schedule_ends`).
+  """
+
+  fresh: bool
+  derived: dict[str, Any]
+  changes: dict[str, tuple[Any, Any]]
+  steps: int
+  schedule_ends: tuple[int, ...]
+
+  def to_json(self) -> dict[str, Any]:
+    """Plain JSON (it is broadcast from process 0 to the others)."""
+    return {
+      **dataclasses.asdict(self),
+      'changes': {k: list(v) for k, v in self.changes.items()},
+    }
+
+  @classmethod
+  def from_json(cls, d: dict[str, Any]) -> Identity:
+    """The inverse of `to_json`."""
+    return cls(
+      fresh=bool(d['fresh']),
+      derived=dict(d['derived']),
+      changes={k: tuple(v) for k, v in d['changes'].items()},
+      steps=int(d['steps']),
+      schedule_ends=tuple(int(x) for x in d['schedule_ends']),
+    )
+
+
+def derived_identity(c: Any) -> dict[str, Any]:
+  """The model by content: a fingerprint of its HF directory (not its path)."""
+  from ada_jax import hf
+
+  path = c.model.hf_path
+  if path and not path.startswith('gs://') and os.path.isdir(path):
+    return {'model.fingerprint': hf.fingerprint(path)}
+  return {}
+
+
+def flat_config(c: Any) -> dict[str, Any]:
+  """{dotted key: value} of a ConfigDict or a config.json, as JSON writes it."""
+  from ada_jax.infra import metrics as metrics_lib
+
+  return dict(config_rules.leaves(metrics_lib.config_json(c)))
+
+
+def identity_conflicts(recorded: dict[str, Any], given: dict[str, Any]) -> list[str]:
+  """`key: R recorded, G given` for each computation key whose value differs.
+
+  Both are flat (`flat_config`); keys only one side has are not compared
+  (a key added to the code later keeps its default there).
+  """
+  classes = config_rules.key_classes()
+  return [
+    f'{k}: {recorded[k]!r} recorded, {given[k]!r} given'
+    for k in sorted(set(recorded) & set(given))
+    if classes.get(k, config_rules.COMPUTATION) == config_rules.COMPUTATION
+    and recorded[k] != given[k]
+  ]
+
+
+def recorded_config(workdir: str) -> dict[str, Any] | None:
+  """The run's config as it stands: config.json with its history replayed."""
+  raw = run_dir.read_config(workdir)
+  if raw is None:
+    return None
+  flat = dict(config_rules.leaves(raw))
+  for record in run_dir.read_history(workdir):
+    flat.update(record.get('identity', {}))
+    flat.update({k: v[1] for k, v in record.get('changes', {}).items()})
+  return flat
+
+
+def identity(c: Any, workdir: str, extend_steps: int | None = None) -> Identity:
+  """Checks a (re)run's config against the run `workdir` records.
+
+  A computation key (`config_rules.key_classes`; the model by its
+  fingerprint) that differs from the recorded value is refused. With
+  `extend_steps` N the run goes on to step N: N must be above the recorded
+  rl.steps (or equal to an extension already recorded: a resume); the
+  learning rate of the added steps follows a new schedule of `rl.lr_schedule`
+  from `rl.lr` over the added steps, with no warmup (constant: `rl.lr`
+  again; cosine: a new cosine from `rl.lr` to 0 at step N). Nothing is written.
+
+  Raises:
+    ConfigError: one line naming each changed key with both values, or a bad
+      `--extend-steps`.
+  """
+  given = {**flat_config(c), **derived_identity(c)}
+  recorded = recorded_config(workdir)
+  if recorded is None:
+    if extend_steps is not None:
+      raise ConfigError(
+        f'--extend-steps {extend_steps}: {workdir} holds no run to extend'
+      )
+    return Identity(True, derived_identity(c), {}, c.rl.steps, (c.rl.steps,))
+  history = run_dir.read_history(workdir)
+  original = int(recorded.get('rl.steps', c.rl.steps))
+  raw = run_dir.read_config(workdir) or {}
+  original = int(raw.get('rl', {}).get('steps', original))
+  ends = [original] + [
+    int(r['changes']['rl.steps'][1])
+    for r in history
+    if 'rl.steps' in r.get('changes', {})
+  ]
+  current = int(recorded.get('rl.steps', original))
+  target = int(given['rl.steps'])
+  if extend_steps is not None:
+    if extend_steps < current or extend_steps <= original:
+      raise ConfigError(
+        f"--extend-steps {extend_steps}: must be above the run's rl.steps={current}"
+      )
+    given['rl.steps'], target = current, extend_steps
+  conflicts = identity_conflicts(recorded, given)
+  if conflicts:
+    hint = (
+      ' (the run was extended: pass --extend-steps ' + str(current) + ')'
+      if current != original and any(x.startswith('rl.steps:') for x in conflicts)
+      else ''
+    )
+    raise ConfigError(
+      f'--workdir {workdir} holds a run of another config: {"; ".join(conflicts)}'
+      f'{hint}: use another --workdir (or --extend-steps N for more RL steps); '
+      'only paths, logging, cadence, mesh, micro-batch, attention, remat, slots '
+      'and verifier workers/timeouts may change'
+    )
+  classes = config_rules.key_classes()
+  changes: dict[str, tuple[Any, Any]] = {
+    k: (recorded[k], given[k])
+    for k in sorted(set(recorded) & set(given))
+    if classes.get(k) == config_rules.EXECUTION and recorded[k] != given[k]
+  }
+  if target != current:
+    changes['rl.steps'] = (current, target)
+    ends.append(target)
+  return Identity(False, derived_identity(c), changes, target, tuple(ends))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -672,8 +858,8 @@ def policy(c: Any, checkpoint: str) -> Policy:
   from etils import epath
   from flax import nnx
 
-  from ada_jax import hf, sharding
   from ada_jax import model as model_lib
+  from ada_jax import sharding
   from ada_jax.infra import checkpoint as checkpoint_lib
 
   mesh_ = mesh(c)
@@ -681,8 +867,9 @@ def policy(c: Any, checkpoint: str) -> Policy:
     from ada_jax import tokenizer as tokenizer_lib
 
     model = model_lib.with_config(
-      hf.load_model(
+      _load_hf(
         checkpoint,
+        c.model.tokenizer_path or None,
         dtype=jnp.dtype(c.model.dtype),
         param_dtype=jnp.dtype(c.model.param_dtype),
         mesh=mesh_,

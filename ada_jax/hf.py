@@ -17,7 +17,10 @@ through `safetensors.numpy.save_file` (sharded past a size threshold, with
 metadata {'format': 'pt'}) that
 `transformers.AutoModelForCausalLM.from_pretrained` loads to the same logits.
 
-Errors name the file, field or tensor at fault, on one line. safetensors
+Errors name the file, field or tensor at fault, on one line. A tokenizer
+(`tokenizer.json` beside the weights) with an id, special tokens included,
+outside the embedding is a `VocabError` naming both sizes and the directory
+(an embedding larger than the tokenizer, as Qwen pads it, is fine). safetensors
 rejects a truncated file at open without naming the tensor whose bytes are
 missing, so on that path we read the header ourselves to name it.
 
@@ -388,6 +391,76 @@ class _TensorFiles:
       raise ValueError(f'{fname}: tensor {name!r}: {_one_line(e)}') from e
 
 
+class VocabError(ValueError):
+  """A tokenizer id the embedding has no row for; the message is one line."""
+
+
+def tokenizer_size(path: str | os.PathLike) -> int | None:
+  """1 + the largest id of `path/tokenizer.json` (special tokens included).
+
+  None when the directory has no tokenizer.json (a model saved without one).
+  Reads the JSON only: the vocabulary (`model.vocab`, a dict of token -> id or
+  a Unigram list) and `added_tokens`.
+  """
+  file = os.path.join(os.fspath(path), 'tokenizer.json')
+  if not os.path.isfile(file):
+    return None
+  spec = _read_json(file)
+  if not isinstance(spec, dict):
+    return None
+  ids = [-1]
+  vocab = (spec.get('model') or {}).get('vocab')
+  if isinstance(vocab, dict):
+    ids.extend(int(i) for i in vocab.values())
+  elif isinstance(vocab, list):
+    ids.append(len(vocab) - 1)
+  ids.extend(int(added['id']) for added in spec.get('added_tokens') or ())
+  return max(ids) + 1
+
+
+def check_vocab(
+  path: str | os.PathLike, vocab_size: int, tokenizer_dir: str | None = None
+) -> None:
+  """Raises `VocabError` if the tokenizer has an id outside the embedding.
+
+  `tokenizer_dir` (default: `path`) holds the tokenizer.json; without one
+  there is nothing to check.
+  """
+  tokens = tokenizer_size(tokenizer_dir or path)
+  if tokens is not None and tokens > vocab_size:
+    raise VocabError(
+      f'{os.fspath(tokenizer_dir or path)}: the tokenizer has ids up to '
+      f'{tokens - 1} ({tokens} ids, special tokens included) but the model in '
+      f'{os.fspath(path)} embeds {vocab_size} (vocab_size): those ids have no row'
+    )
+
+
+def fingerprint(path: str | os.PathLike, sample_bytes: int = 1 << 16) -> str:
+  """A short content hash of an HF directory's model: not its path.
+
+  SHA-256 over config.json and, for each safetensors file (name order), its
+  name, size and first and last `sample_bytes`: the header names every
+  tensor's shape and offsets, the samples catch other weights of the same
+  shapes, and a multi-GB checkpoint is not read whole. A directory moved
+  (e.g. to gs://, copied back) keeps its fingerprint.
+  """
+  import hashlib
+
+  path = os.fspath(path)
+  h = hashlib.sha256()
+  with open(os.path.join(path, 'config.json'), 'rb') as f:
+    h.update(f.read())
+  for name in sorted(n for n in os.listdir(path) if n.endswith('.safetensors')):
+    file = os.path.join(path, name)
+    size = os.path.getsize(file)
+    h.update(f'{name}:{size}'.encode())
+    with open(file, 'rb') as f:
+      h.update(f.read(sample_bytes))
+      f.seek(max(0, size - sample_bytes))
+      h.update(f.read(sample_bytes))
+  return h.hexdigest()[:16]
+
+
 def read_hf_config(path: str | os.PathLike) -> dict[str, Any]:
   """The parsed config.json of an HF directory.
 
@@ -411,6 +484,7 @@ def load_model(
   mesh: Mesh | None = None,
   param_dtype: Any = None,
   rules: Mapping[str, str | None] = sharding_lib.TRAIN_RULES,
+  tokenizer_dir: str | None = None,
 ) -> model_lib.Transformer:
   """The NNX Transformer with the weights of the HF directory at `path`.
 
@@ -422,9 +496,12 @@ def load_model(
     mesh: target mesh; None puts everything on the first device.
     param_dtype: storage dtype of params (default: dtype).
     rules: logical-axis rules (sharding.TRAIN_RULES or SAMPLE_RULES).
+    tokenizer_dir: where the tokenizer's tokenizer.json lives (default:
+      `path`); checked against the embedding before any weight is read.
 
   Raises:
     FileNotFoundError / ValueError naming the file, field or tensor at fault.
+    VocabError: a tokenizer id outside the embedding.
   """
   path = os.fspath(path)
   config = config_from_hf(
@@ -433,6 +510,7 @@ def load_model(
     param_dtype=param_dtype,
     where=os.path.join(path, 'config.json'),
   )
+  check_vocab(path, config.vocab_size, tokenizer_dir)
   mesh = mesh or sharding_lib.make_mesh((1, 1, 1), jax.devices()[:1])
   abstract = nnx.eval_shape(lambda: model_lib.Transformer(config, rngs=nnx.Rngs(0)))
   graphdef, abs_state = nnx.split(abstract)

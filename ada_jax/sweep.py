@@ -239,21 +239,24 @@ def _diff(saved: Any, want: Any, prefix: str = '') -> list[str]:
 
 
 def config_mismatch(run: Run) -> list[str]:
-  """How a finished run's saved config.json differs from what `run` builds.
+  """How a finished run's recorded config differs from what `run` builds.
 
   A finished run is reused (a shared warm start, a rerun sweep) only when it
   was made with the same config; otherwise a changed default would be mixed
-  silently with runs of the old one.
+  silently with runs of the old one. The rule is the main job's own
+  (`from_config.identity`): the keys that change what a run computes (the
+  model by content) must match the recorded config with its history
+  replayed; paths, cadence, mesh and the like may differ.
   """
-  from ada_jax.infra import metrics, run_dir
+  from ada_jax import from_config
+  from ada_jax.infra import run_dir
 
-  path = os.path.join(run.workdir, run_dir.CONFIG_FILE)
-  if not os.path.isfile(path):
+  recorded = from_config.recorded_config(run.workdir)
+  if recorded is None:
     return [f'{run_dir.CONFIG_FILE}: absent']
-  with open(path) as f:
-    saved = json.load(f)
-  # Serialized as the run wrote it, so equal configs compare equal.
-  return _diff(saved, metrics.config_json(build_config(run.config, run.overrides)))
+  c = build_config(run.config, run.overrides)
+  given = {**from_config.flat_config(c), **from_config.derived_identity(c)}
+  return from_config.identity_conflicts(recorded, given)
 
 
 def _tpu_busy(tpu: str, runner: Callable[..., Any]) -> bool:

@@ -221,6 +221,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   c.rl.histogram_prompts = 256
   c.rl.histogram_k = 8
   c.rl.eval_sampled_k = 0  # Samples per held-out prompt at temperature 1.
+  c.rl.max_nonfinite_steps = 3  # All-non-finite steps in a row that stop the run.
 
   c.sampling = ml_collections.ConfigDict()
   c.sampling.max_new_tokens = 8

@@ -26,7 +26,9 @@ summary, a preemption exit), waits for the save in flight and raises
 Checkpointer no longer waits on orbax, so the process can exit at once.
 
 Readers of another run (`restore_params`, `read_only=True`) never write:
-no directory creation, no cleanup of unfinished saves, no quarantine.
+no directory creation, no cleanup of unfinished saves, no quarantine. They
+refuse params that are not finite (`NonFiniteParamsError`, one line): a
+diverged run is not evaluated, exported or warm-started from.
 
 Preemption: `install_signal_handlers()` makes SIGTERM/SIGINT set a flag, and
 `should_save(step)`, called by every host at every step, is the sync point:
@@ -70,6 +72,38 @@ class CheckpointMismatchError(ValueError):
 
 class CheckpointSaveError(RuntimeError):
   """A checkpoint that could not be written; the run must stop (one line)."""
+
+
+class NonFiniteParamsError(ValueError):
+  """Params holding NaN or inf (a diverged run); the message is one line."""
+
+
+def nonfinite_leaves(params: PyTree) -> tuple[list[str], int]:
+  """(paths of the float leaves holding NaN or inf, number of float leaves).
+
+  One small jitted reduction per leaf; every host calls it (global arrays).
+  """
+  import jax.numpy as jnp
+
+  flat = [
+    (jax.tree_util.keystr(path), leaf)
+    for path, leaf in jax.tree_util.tree_flatten_with_path(params)[0]
+    if jnp.issubdtype(getattr(leaf, 'dtype', np.int32), jnp.inexact)
+  ]
+  oks = [jnp.all(jnp.isfinite(leaf)) for _, leaf in flat]
+  return [name for (name, _), ok in zip(flat, oks, strict=True) if not bool(ok)], len(
+    flat
+  )
+
+
+def check_finite(params: PyTree, where: str) -> None:
+  """Raises `NonFiniteParamsError` naming `where` if any param is NaN or inf."""
+  bad, total = nonfinite_leaves(params)
+  if bad:
+    raise NonFiniteParamsError(
+      f'{where}: params are non-finite ({len(bad)} of {total} tensors hold NaN '
+      f'or inf, e.g. {bad[0]}): the run diverged; nothing to evaluate or export'
+    )
 
 
 # Who owns SIGTERM.
@@ -133,6 +167,7 @@ def restore_params(
 
   Raises:
     FileNotFoundError: `workdir` has no usable checkpoint.
+    NonFiniteParamsError: its params hold NaN or inf (a diverged run).
   """
   ckpt = Checkpointer(workdir, read_only=True)
   try:
@@ -142,6 +177,7 @@ def restore_params(
   if got is None:
     raise FileNotFoundError(f'no usable checkpoint in {workdir}/checkpoints')
   step, params, _, extras = got
+  check_finite(params, f'{os.fspath(workdir)} step {step}')
   return step, params, extras
 
 

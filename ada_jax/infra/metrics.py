@@ -20,7 +20,13 @@ with step > s from both JSONL files (a killed run may have logged steps past
 its last checkpoint), keeps every other phase's rows, and tells TensorBoard
 to discard the `rl` events after step s (a SessionLog START at s + 1 in
 `tb/rl/`, which TensorBoard applies to that directory only). A half-written
-last line is dropped too.
+last line is dropped too. Rows missing at or before s (a gap, or a row cut
+by a power loss with the checkpoint already saved) are listed in
+`lost_rows`: the resumed run warns and its summary counts them.
+
+`config.json` is written once, by the run's first start: it is the run's
+identity and is never rewritten (`from_config.identity`; later changes go to
+`config_history.jsonl`).
 """
 
 import io
@@ -217,23 +223,40 @@ class _AppendFile:
     self._pending.clear()
 
 
-def _truncate_jsonl(path: epath.Path, keep: Mapping[str, int]) -> None:
+def _truncate_jsonl(
+  path: epath.Path, keep: Mapping[str, int], *, every_step: bool = False
+) -> list[tuple[str, int]]:
   """Drops rows of phase p with step > keep[p]; other phases keep every row.
 
-  A half-written last line (the process was killed mid-write) is dropped too.
+  A half-written line (the process was killed mid-write) is dropped too.
+  With `every_step` (metrics.jsonl: one row per step of each kept phase),
+  returns the (phase, step) rows missing at or before keep[p]: a gap, or a
+  row cut short, that the checkpoint's step already counts as done.
   """
   if not path.exists():
-    return
+    return []
   kept = []
+  seen: dict[str, set[int]] = {p: set() for p in keep}
   for line in path.read_text().splitlines():
     try:
       row = json.loads(line)
     except json.JSONDecodeError:
       continue
-    last = keep.get(row.get('phase', 'rl'))
+    phase = row.get('phase', 'rl')
+    last = keep.get(phase)
     if last is None or row.get('step', -1) <= last:
       kept.append(line + '\n')
+      if last is not None:
+        seen[phase].add(row.get('step', -1))
   path.write_text(''.join(kept))
+  if not every_step:
+    return []
+  return [
+    (phase, step)
+    for phase, last in sorted(keep.items())
+    for step in range(1, last + 1)
+    if step not in seen[phase]
+  ]
 
 
 class MetricsWriter:
@@ -259,7 +282,7 @@ class MetricsWriter:
       wandb_project: Weights & Biases project; None (default) disables wandb
         and never imports it.
       config: run configuration (a dict or an ml_collections ConfigDict); written to
-        `DIR/config.json` and given to wandb.
+        `DIR/config.json` when the run has none yet, and given to wandb.
       keep: a resumed run's position per phase: rows of phase p with
         step > keep[p] are dropped from the existing files (and from
         TensorBoard's view); phases not listed keep all their rows.
@@ -273,11 +296,15 @@ class MetricsWriter:
     self._files: list[_AppendFile] = []
     self._tb: dict[str, _AppendFile] = {}
     self._wandb = None
+    # Rows (phase, step) lost at or before the resumed checkpoint's step.
+    self.lost_rows: list[tuple[str, int]] = []
     if not self.active:
       return
     self.workdir.mkdir(parents=True, exist_ok=True)
     if self._keep:
-      _truncate_jsonl(self.workdir / METRICS_FILE, self._keep)
+      self.lost_rows = _truncate_jsonl(
+        self.workdir / METRICS_FILE, self._keep, every_step=True
+      )
       _truncate_jsonl(self.workdir / SAMPLES_FILE, self._keep)
     self._metrics = _AppendFile(self.workdir / METRICS_FILE, remote_flush_s)
     self._samples = _AppendFile(self.workdir / SAMPLES_FILE, remote_flush_s)
@@ -285,7 +312,8 @@ class MetricsWriter:
     config_dict = None
     if config is not None:
       config_dict = config_json(config)
-      (self.workdir / CONFIG_FILE).write_text(json.dumps(config_dict, indent=2))
+      if not (self.workdir / CONFIG_FILE).exists():  # The run's identity: kept.
+        (self.workdir / CONFIG_FILE).write_text(json.dumps(config_dict, indent=2))
     if wandb_project:
       import wandb  # Optional dependency: imported only when asked for.
 

@@ -15,9 +15,15 @@ gathered, global values, identical on every host.
 - `local_rows` / `gather_rows`: the rows of a global [S, ...] array this
   process can read, and the [S] values every process computed for its own
   rows merged into one global vector (one collective).
-- `sum_over_hosts`, `any_host`, `broadcast_from_main`: small agreements.
+- `sum_over_hosts`, `any_host`, `broadcast_from_main`,
+  `broadcast_json_from_main`: small agreements.
 - `main_first`: process 0 runs a block (e.g. builds a dataset on a shared
-  disk) before the others run it.
+  disk) before the others run it; a failure there fails every process.
+- `agree_code`, `agreed`: a decision one process took alone (process 0's
+  config checks, run directory, lease, restart, optional imports) becomes
+  every process's: each contributes an exit code (0: fine) and all take the
+  first nonzero one, so every process exits with the same code and none is
+  left waiting in a collective for a process that already left.
 - `init_distributed`: joins `jax.distributed` as the environment says.
 
 With one process every helper is a plain local operation (no collective, no
@@ -29,9 +35,11 @@ Dimension legend: B prompts (batch rows), S sampling slots.
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import os
 from collections.abc import Iterator, Mapping
+from typing import Any
 
 import jax
 import numpy as np
@@ -177,16 +185,26 @@ def main_first(name: str) -> Iterator[None]:
 
   For work whose first run writes shared files that later runs only read
   (building a TFDS dataset into a shared data dir): run concurrently, hosts
-  would read each other's half-written files.
+  would read each other's half-written files. If the block raises on
+  process 0, the others raise `AgreedError` instead of waiting for it.
   """
-  multi = jax.process_count() > 1
-  if multi:
-    from jax.experimental import multihost_utils
-  if multi and jax.process_index() != 0:
-    multihost_utils.sync_global_devices(f'{name}_main_done')
-  yield
-  if multi and jax.process_index() == 0:
-    multihost_utils.sync_global_devices(f'{name}_main_done')
+  del name  # The agreement below is the sync point.
+  if jax.process_count() == 1:
+    yield
+    return
+  if jax.process_index() != 0:
+    # Waits for process 0's block; fails here if it failed there.
+    code, process = agree_code(0)
+    if code:
+      raise AgreedError(code, f'process {process} failed (exit {code}): see its log')
+    yield
+    return
+  try:
+    yield
+  except BaseException:
+    agree_code(1)
+    raise
+  agree_code(0)
 
 
 def init_distributed() -> None:
@@ -225,3 +243,77 @@ def init_distributed() -> None:
     jax.local_device_count(),
     jax.device_count(),
   )
+
+
+class AgreedError(Exception):
+  """Raised on every process when one of them failed in an agreed block.
+
+  Attributes:
+    code: the exit code every process leaves with (the first nonzero one
+      by process index).
+  """
+
+  def __init__(self, code: int, message: str):
+    super().__init__(message)
+    self.code = code
+
+
+def agree_code(code: int) -> tuple[int, int]:
+  """(the first nonzero exit code by process index, its process) on every host.
+
+  (0, 0) when every process passed 0. One small collective that every process
+  must reach: call it at the same point of the program on every process.
+  """
+  if jax.process_count() == 1:
+    return int(code), 0
+  from jax.experimental import multihost_utils
+
+  codes = np.asarray(
+    multihost_utils.process_allgather(np.asarray([code], np.int32))
+  ).reshape(-1)
+  for process, c in enumerate(codes):
+    if c:
+      return int(c), process
+  return 0, 0
+
+
+@contextlib.contextmanager
+def agreed(codes: Mapping[type[BaseException], int]) -> Iterator[None]:
+  """Runs a block on every process; if it raises on any, it fails on all.
+
+  `codes` maps the exception types a process may raise in the block to exit
+  codes (checked in order; anything else propagates as it is, undecided: use
+  it for errors that are bugs). After the block every process agrees
+  (`agree_code`); then each raises `AgreedError` with the agreed code:
+  with its own error's message where it failed, else naming the process
+  that did. With one process this is a plain try/except.
+  """
+  err: BaseException | None = None
+  code = 0
+  try:
+    yield
+  except tuple(codes) as e:
+    err = e
+    code = next(c for t, c in codes.items() if isinstance(e, t))
+  agreed_code, process = agree_code(code)
+  if err is not None:
+    raise AgreedError(agreed_code, str(err)) from err
+  if agreed_code:
+    raise AgreedError(
+      agreed_code, f'process {process} failed (exit {agreed_code}): see its log'
+    )
+
+
+def broadcast_json_from_main(value: Any) -> Any:
+  """Process 0's JSON-able value, on every host (the others pass anything)."""
+  if jax.process_count() == 1:
+    return value
+  from jax.experimental import multihost_utils
+
+  data = json.dumps(value).encode() if jax.process_index() == 0 else b''
+  size = broadcast_from_main(len(data))
+  buf = np.zeros((size,), np.uint8)
+  if jax.process_index() == 0:
+    buf[:] = np.frombuffer(data, np.uint8)
+  got = np.asarray(multihost_utils.broadcast_one_to_all(buf), np.uint8)
+  return json.loads(got.tobytes().decode())

@@ -12,7 +12,11 @@ write.
 
 Files of a run (process 0 writes them all but the checkpoints):
 
-  config.json      the run's config, rewritten at each start
+  lease.json       who writes the run now (`infra.lease`): one writer per run
+  config.json      the run's config as first given, never rewritten (its
+                   identity: a rerun that changes what it computes is refused)
+  config_history.jsonl  the keys changed since (paths, mesh, cadence, more
+                   steps), each with the step it took effect in
   metrics.jsonl    one row per (phase, step)
   samples.jsonl    decoded samples per (phase, step)
   summary.json     evaluations before/after RL, steps, preempted_at
@@ -29,12 +33,15 @@ are then moved to `restarts/<UTC time>/` (`set_aside`), never appended to.
 
 from __future__ import annotations
 
+import json
 import os
 import time
+from typing import Any
 
 from etils import epath
 
 CONFIG_FILE = 'config.json'
+CONFIG_HISTORY_FILE = 'config_history.jsonl'
 METRICS_FILE = 'metrics.jsonl'
 SAMPLES_FILE = 'samples.jsonl'
 SUMMARY_FILE = 'summary.json'
@@ -44,7 +51,14 @@ CORRUPT_DIR = 'checkpoints.corrupt'
 RESTARTS_DIR = 'restarts'
 # What a run's start over moves aside: everything that describes its
 # progress. Datasets and the tokenizer are derived from the config and stay.
-_PROGRESS_FILES = (METRICS_FILE, SAMPLES_FILE, SUMMARY_FILE, CONFIG_FILE, TB_DIR)
+_PROGRESS_FILES = (
+  METRICS_FILE,
+  SAMPLES_FILE,
+  SUMMARY_FILE,
+  CONFIG_FILE,
+  CONFIG_HISTORY_FILE,
+  TB_DIR,
+)
 _MARKERS = (METRICS_FILE, SUMMARY_FILE, CHECKPOINT_DIR)
 
 
@@ -123,3 +137,40 @@ def set_aside(workdir: str | os.PathLike[str]) -> epath.Path | None:
   for f in files:
     f.rename(dest / f.name)
   return dest
+
+
+def read_config(workdir: str | os.PathLike[str]) -> dict[str, Any] | None:
+  """The run's recorded config.json as plain JSON; None when there is none."""
+  path = epath.Path(workdir) / CONFIG_FILE
+  if not path.exists():
+    return None
+  try:
+    raw = json.loads(path.read_text())
+  except ValueError as e:
+    raise WorkdirError(f'{os.fspath(path)}: not valid JSON ({e})') from None
+  return raw if isinstance(raw, dict) else None
+
+
+def read_history(workdir: str | os.PathLike[str]) -> list[dict[str, Any]]:
+  """The records of `config_history.jsonl`, oldest first (a cut last line dropped)."""
+  path = epath.Path(workdir) / CONFIG_HISTORY_FILE
+  if not path.exists():
+    return []
+  out = []
+  for line in path.read_text().splitlines():
+    try:
+      out.append(json.loads(line))
+    except ValueError:
+      continue
+  return out
+
+
+def append_history(workdir: str | os.PathLike[str], record: dict[str, Any]) -> None:
+  """Appends one record to `config_history.jsonl` (process 0)."""
+  path = epath.Path(workdir) / CONFIG_HISTORY_FILE
+  line = json.dumps(record, sort_keys=True) + '\n'
+  if '://' in os.fspath(path):  # Object stores cannot append.
+    path.write_text((path.read_text() if path.exists() else '') + line)
+    return
+  with open(path, 'a') as f:
+    f.write(line)

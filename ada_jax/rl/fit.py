@@ -8,31 +8,114 @@ it at the next step boundary with a checkpoint, recorded in summary.json as
 rerunning resumes (the main job then exits 75, `exit_codes.STOPPED`). A
 checkpoint that fails to write raises `CheckpointSaveError` at the next step
 at the latest, and always before the summary says the run saved.
+
+A dead run fails loudly: `max_nonfinite_steps` steps in a row whose every
+update was non-finite (skipped) raise `DeadRunError` (the main job exits 1)
+after summary.json records `failed` with the one-line cause. A collapse is
+a warning and a `collapse` flag in the metrics row (`CollapseWatch`). A
+resumed run whose metrics rows were lost before its checkpoint's step
+counts them in the summary (`lost_metrics_rows`).
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import math
 import sys
+from collections.abc import Callable
 from typing import Any
 
 import jax
 from etils import epath
 
 from ada_jax.infra import checkpoint as checkpoint_lib
+from ada_jax.infra import lease as lease_lib
 from ada_jax.infra import metrics as metrics_lib
 from ada_jax.infra import multihost, progress, run_dir
 from ada_jax.rl import scoring
 from ada_jax.rl import trainer as trainer_lib
 
 
-def fit(trainer: trainer_lib.Trainer) -> dict[str, Any]:
+class DeadRunError(RuntimeError):
+  """Every update non-finite for several steps in a row; one line."""
+
+
+class CollapseWatch:
+  """Flags a policy that collapsed, from the metrics rows of its steps.
+
+  A collapse is (a) the mean token entropy above `entropy_share` of ln V
+  for `patience` steps in a row after it had been below (a policy gone
+  uniform), or (b) the share of boxed (readable) answers at 0 for
+  `patience` steps in a row after it had been at least `boxed_floor` (a
+  policy that forgot the format). A policy that never boxed anything (a
+  random one in a smoke run) is not a collapse.
+  """
+
+  def __init__(
+    self,
+    vocab_size: int,
+    patience: int = 3,
+    entropy_share: float = 0.98,
+    boxed_floor: float = 0.2,
+  ):
+    self.limit = entropy_share * math.log(max(vocab_size, 2))
+    self.patience = patience
+    self.boxed_floor = boxed_floor
+    self._was_below = False
+    self._high = 0
+    self._had_boxed = False
+    self._unboxed = 0
+    self.warned = False
+
+  def update(self, row: dict[str, Any]) -> str | None:
+    """The collapse seen at this row, or None."""
+    entropy, boxed = row.get('entropy'), row.get('boxed_frac')
+    why = None
+    if entropy is not None and math.isfinite(entropy):
+      if entropy > self.limit:
+        self._high = self._high + 1 if self._was_below else 0
+      else:
+        self._was_below, self._high = True, 0
+      if self._high >= self.patience:
+        why = (
+          f'entropy {entropy:.3f} above 0.98 ln V = {self.limit:.3f} for '
+          f'{self._high} steps'
+        )
+    if boxed is not None:
+      if boxed >= self.boxed_floor:
+        self._had_boxed = True
+      self._unboxed = self._unboxed + 1 if self._had_boxed and boxed == 0 else 0
+      if self._unboxed >= self.patience and why is None:
+        why = (
+          f'no boxed answer for {self._unboxed} steps (it had been >= '
+          f'{self.boxed_floor:.0%})'
+        )
+    return why
+
+
+def fit(
+  trainer: trainer_lib.Trainer,
+  *,
+  lease_lost: Callable[[], bool] | None = None,
+  max_nonfinite_steps: int = 3,
+) -> dict[str, Any]:
   """SFT (if configured), evaluation, RL steps, final evaluation and plots.
 
   Returns the summary (also written to DIR/summary.json): greedy accuracy
   and pass-rate histograms after SFT and after RL, steps run, and whether the
   run stopped for preemption.
+
+  Args:
+    trainer: the run.
+    lease_lost: whether this process lost the run's lease (process 0's
+      `Lease.lost`); checked on every host at each step.
+    max_nonfinite_steps: consecutive all-non-finite steps that stop the run.
+
+  Raises:
+    DeadRunError: `max_nonfinite_steps` steps in a row had every update
+      non-finite (summary.json says `failed` first).
+    lease.LeaseLostError: another process took the run over.
   """
   rl = trainer.rl
   writer = trainer.writer
@@ -41,6 +124,12 @@ def fit(trainer: trainer_lib.Trainer) -> dict[str, Any]:
   if trainer.ckpt is not None:
     trainer.ckpt.install_signal_handlers()
   is_main = jax.process_index() == 0
+  if trainer.writer.lost_rows:
+    summary['lost_metrics_rows'] = summary.get('lost_metrics_rows', 0) + len(
+      trainer.writer.lost_rows
+    )
+  watch = CollapseWatch(trainer.config.vocab_size)
+  nonfinite = 0
 
   def stopped(phase: str, step: int) -> dict[str, Any]:
     summary.update(preempted_at=step, preempted_phase=phase)
@@ -78,10 +167,33 @@ def fit(trainer: trainer_lib.Trainer) -> dict[str, Any]:
       disable=not is_main,
     )
     for step in bar:
+      if lease_lost is not None and multihost.any_host(lease_lost()):
+        raise lease_lib.LeaseLostError(
+          f'{writer.workdir}: another process took this run over at step {step} '
+          '(this one looked dead); stopped without writing more'
+        )
       row = trainer.rl_step()
+      collapse = watch.update(row)
+      row['collapse'] = collapse is not None
+      if collapse is not None and not watch.warned:
+        logging.warning('step %d: the policy collapsed: %s', step, collapse)
+        watch.warned = True
+      updates = row.get('updates', 0)
+      nonfinite = nonfinite + 1 if updates and row['skipped_updates'] >= updates else 0
       if rl.eval_every and step % rl.eval_every == 0 and step != rl.steps:
         row.update(trainer.evaluate())
       writer.write(step, row, phase='rl')
+      if nonfinite >= max_nonfinite_steps:
+        cause = (
+          f'every update was non-finite for {nonfinite} steps in a row (steps '
+          f'{step - nonfinite + 1}-{step}): the run diverged (e.g. rl.lr={rl.lr:g} '
+          'too high); stopped'
+        )
+        summary['failed'] = {'step': step, 'cause': cause}
+        writer.flush()
+        if is_main:
+          summary_path.write_text(json.dumps(summary, indent=2))
+        raise DeadRunError(cause)
       bar.set_postfix(
         r1=f'{row["reward_round1_mean"]:.2f}',
         rounds=row['rounds'],

@@ -68,6 +68,7 @@ class StepSamples:
   time_sample_s: float
   time_verify_s: float
   verifier_counters: dict[str, int]  # summed over hosts
+  boxed: np.ndarray | None = None  # bool [rounds, S], a readable answer (all hosts)
 
 
 @functools.partial(jax.jit, donate_argnums=(0,))
@@ -295,6 +296,7 @@ def run_step(
     batch=batch,
     rewards=np.stack([x.rewards for x in rounds]),
     lengths=np.stack([x.lengths for x in rounds]),
+    boxed=np.stack([x.boxed for x in rounds]),
     texts={
       (r, slot): text for r, x in enumerate(rounds) for slot, text in x.texts.items()
     },

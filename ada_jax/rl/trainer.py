@@ -78,6 +78,28 @@ class RLSettings:
   # Samples per held-out prompt at the run's temperature in the evaluations
   # before and after RL (0: greedy only).
   eval_sampled_k: int = 0
+  # The last step of each LR schedule: rl.steps as first run, then each
+  # `--extend-steps` N (the added steps get a new schedule, no warmup).
+  # Empty: one schedule over `steps`.
+  schedule_ends: tuple[int, ...] = ()
+
+  def lr_at(self, step: int) -> float:
+    """The learning rate of RL step `step` (counted from 1)."""
+    start = 0
+    for end in self.schedule_ends or (self.steps,):
+      if step <= end:
+        break
+      start = end
+    else:
+      end = max(self.schedule_ends[-1], step)
+    return update.lr_at(
+      step - start,
+      peak=self.lr,
+      warmup=self.warmup if start == 0 else 0,
+      schedule=self.lr_schedule,
+      total=end - start,
+    )
+
   samples_to_log: int = 4
 
 
@@ -435,13 +457,7 @@ class Trainer:
       prompt_len=u.prompt_len,
       logit_chunk=u.logit_chunk,
     )
-    lr = update.lr_at(
-      self.step,
-      peak=self.rl.lr,
-      warmup=self.rl.warmup,
-      schedule=self.rl.lr_schedule,
-      total=self.rl.steps,
-    )
+    lr = self.rl.lr_at(self.step)
     train_batch = {
       k: batch[k] for k in ('tokens', 'attn_mask', 'resp_mask', 'advantages')
     }
@@ -479,6 +495,13 @@ class Trainer:
       approx_kl=float(um['approx_kl']),
       grad_norm=float(um['grad_norm']),
       skipped_updates=int(um['skipped']),
+      # Optimizer updates this step: all of them skipped is a dead step.
+      updates=u.epochs
+      * (batch['tokens'].shape[0] * batch['tokens'].shape[1])
+      // u.mini_batch_rows,
+      boxed_frac=float(out.boxed[live].mean())
+      if out.boxed is not None and live.any()
+      else 0.0,
       lr=lr,
       response_len_mean=float(lengths.mean()) if lengths.size else 0.0,
       truncated_frac=float(np.mean(lengths >= n)) if lengths.size else 0.0,
@@ -487,6 +510,7 @@ class Trainer:
       verifier_timeouts=out.verifier_counters.get('timeouts', 0),
       verifier_guard_trips=out.verifier_counters.get('guard_trips', 0),
       verifier_parse_failures=out.verifier_counters.get('parse_failures', 0),
+      verifier_worker_deaths=out.verifier_counters.get('worker_deaths', 0),
       num_compiles=compiles.num_compiles(),
       time_sample_s=out.time_sample_s,
       time_verify_s=out.time_verify_s,

@@ -238,13 +238,13 @@ def counters() -> dict[str, int]:
   """Returns the counters since start or the last reset, for training metrics.
 
   Keys: calls, timeouts (deadline hits), guard_trips (size/depth/magnitude
-  guards on a prediction), parse_failures (predictions outside the grammar).
+  guards on a prediction), parse_failures (predictions outside the grammar),
+  worker_deaths (items whose pool worker died twice: scored 0, see `pool`).
   A rising guard_trips or timeouts rate is a sign of reward hacking.
   """
+  keys = ('calls', 'timeouts', 'guard_trips', 'parse_failures', 'worker_deaths')
   with _lock:
-    return {
-      k: _COUNTERS[k] for k in ('calls', 'timeouts', 'guard_trips', 'parse_failures')
-    }
+    return {k: _COUNTERS[k] for k in keys}
 
 
 def reset_counters() -> None:

@@ -4,7 +4,11 @@ Signals cannot bound a sympy call made off the main thread (Ray, async, thread
 pools), so the batch path runs each item in a worker process and the parent
 enforces the deadline with ``multiprocessing.connection.wait``: a worker still
 busy when its item's time is up is killed (SIGKILL) and replaced by a fresh
-one, and the item scores False. Workers come from a forkserver that preloaded
+one, and the item scores False. A worker that dies on its own (the OOM
+killer, a crash in a native library) is not a verdict: its item is
+re-verified once on a fresh worker, and only if that one dies too does it
+score False, counted as `worker_deaths` (a timeout is not retried: an input
+that hangs would cost its deadline twice). Workers come from a forkserver that preloaded
 the verifier and warmed sympy once (``warmup``: cheap, warm respawns, and no
 fork of a parent holding JAX threads). The parent extracts the boxed answer
 itself (linear time), so only short strings cross the pipes (graders that
@@ -33,18 +37,40 @@ import numpy as np
 
 from ada_jax.verifier import backends, grade
 
-_STAT_KEYS = ('calls', 'timeouts', 'guard_trips', 'parse_failures')
+_STAT_KEYS = ('calls', 'timeouts', 'guard_trips', 'parse_failures', 'worker_deaths')
 _READY = 'ready'
 # How long a worker may take to start; past it the machine is broken, not slow.
 _START_TIMEOUT_S = 300.0
 
 
-def _worker_main(conn: Any, start_delay_s: float = 0.0, backend: str = 'ada') -> None:
+def _crash_if_asked(answer: str, crash: tuple[str, dict[str, int]] | None) -> None:
+  """Test hook: the process exits on `answer` the first `times` it sees it.
+
+  `crash` is (a directory, {answer: times}); each death leaves a file there,
+  so the count holds across the fresh workers that replace the dead ones.
+  """
+  if crash is None or answer not in crash[1]:
+    return
+  directory, times = crash[0], crash[1][answer]
+  died = [f for f in os.listdir(directory) if f.startswith(f'{answer}.')]
+  if len(died) < times:
+    with open(os.path.join(directory, f'{answer}.{len(died)}'), 'w'):
+      pass
+    os._exit(1)
+
+
+def _worker_main(
+  conn: Any,
+  start_delay_s: float = 0.0,
+  backend: str = 'ada',
+  crash: tuple[str, dict[str, int]] | None = None,
+) -> None:
   """Worker loop: runs chunks of (index, answer, reference) tasks.
 
   Loads and runs `backend` once, sends `_READY`, then one (index, ok,
   seconds, counter deltas) message per task when done. `start_delay_s`
-  stands in for a slow start in tests.
+  stands in for a slow start in tests, `crash` for a worker that dies
+  (`_crash_if_asked`).
   """
   time.sleep(start_delay_s)
   backends.warm(backend)
@@ -57,6 +83,7 @@ def _worker_main(conn: Any, start_delay_s: float = 0.0, backend: str = 'ada') ->
     if chunk is None:
       return
     for index, answer, reference in chunk:
+      _crash_if_asked(answer, crash)
       before = grade.counters()
       start = time.monotonic()
       ok = backends.equivalent(answer, reference, backend)
@@ -66,10 +93,16 @@ def _worker_main(conn: Any, start_delay_s: float = 0.0, backend: str = 'ada') ->
 
 
 class _Worker:
-  def __init__(self, ctx: Any, start_delay_s: float = 0.0, backend: str = 'ada'):
+  def __init__(
+    self,
+    ctx: Any,
+    start_delay_s: float = 0.0,
+    backend: str = 'ada',
+    crash: tuple[str, dict[str, int]] | None = None,
+  ):
     self.conn, child = ctx.Pipe()
     self.proc = ctx.Process(
-      target=_worker_main, args=(child, start_delay_s, backend), daemon=True
+      target=_worker_main, args=(child, start_delay_s, backend, crash), daemon=True
     )
     self.proc.start()
     child.close()
@@ -105,13 +138,22 @@ class _Worker:
 
 
 class _Pool:
-  def __init__(self, size: int, start_delay_s: float = 0.0, backend: str = 'ada'):
+  def __init__(
+    self,
+    size: int,
+    start_delay_s: float = 0.0,
+    backend: str = 'ada',
+    crash: tuple[str, dict[str, int]] | None = None,
+  ):
     self.ctx = multiprocessing.get_context('forkserver')
     self.ctx.set_forkserver_preload(['ada_jax.verifier', 'ada_jax.verifier.warmup'])
     self.size = size
     self.start_delay_s = start_delay_s
     self.backend = backend
-    self.workers = [_Worker(self.ctx, start_delay_s, backend) for _ in range(size)]
+    self.crash = crash
+    self.workers = [
+      _Worker(self.ctx, start_delay_s, backend, crash) for _ in range(size)
+    ]
 
   def close(self) -> None:
     for w in self.workers:
@@ -126,8 +168,11 @@ class _Pool:
     Tasks go out in small chunks (fewer pipe round trips); a worker starts a
     task when it reports the previous one, so the parent knows every task's
     start time and can kill the worker the moment its current task overruns.
+    A worker that dies sends its current task back once (to the fresh
+    worker that replaces it); a second death scores it False.
     """
     results = [False] * n
+    retried: set[int] = set()
     stats: collections.Counter[str] = collections.Counter()
     pending = collections.deque(tasks)
     idle = list(self.workers)
@@ -163,11 +208,16 @@ class _Pool:
             results[index] = bool(ok)
             w.queue.popleft()
             w.started = time.monotonic()
-        except (EOFError, OSError):  # the worker died: its current task scores False
+        except (EOFError, OSError):  # the worker died (not a timeout)
           del busy[conn]
           if w.queue:
-            stats['calls'] += 1
-            w.queue.popleft()
+            task = w.queue[0]
+            if task[0] in retried:  # died twice: scores False, counted
+              stats['calls'] += 1
+              stats['worker_deaths'] += 1
+              w.queue.popleft()
+            else:  # once more, first in line for the fresh worker
+              retried.add(task[0])
             pending.extendleft(reversed(w.queue))
           idle.append(self._replace(w))
           continue
@@ -187,7 +237,7 @@ class _Pool:
 
   def _replace(self, w: _Worker) -> _Worker:
     w.kill()
-    fresh = _Worker(self.ctx, self.start_delay_s, self.backend)
+    fresh = _Worker(self.ctx, self.start_delay_s, self.backend, self.crash)
     self.workers[self.workers.index(w)] = fresh
     return fresh
 
