@@ -273,7 +273,7 @@ def _dataset_check(name: str) -> str | None:
 # controller, the optimizer and schedule, lengths, sampling, SFT, the
 # reward, the seed): a rerun of a run directory may not change them.
 # Everything else (paths, logging, checkpoint and evaluation cadence, mesh,
-# micro-batch, attention implementation, remat, slots, verifier workers and
+# micro-batch, pod preset, attention implementation, remat, verifier workers and
 # timeouts, stop guards) may change between the runs of one directory;
 # each change is recorded in config_history.jsonl with its step. The model
 # itself is compared by content (`from_config.identity`: a fingerprint of
@@ -281,11 +281,11 @@ def _dataset_check(name: str) -> str | None:
 COMPUTATION = 'computation'
 EXECUTION = 'execution'
 _EXECUTION_KEYS = frozenset({
-  'mesh.data', 'mesh.fsdp', 'mesh.tensor',
+  'mesh.data', 'mesh.fsdp', 'mesh.tensor', 'pod',
   'model.hf_path', 'model.tokenizer_path', 'model.init_from',
   'model.attention', 'model.remat',
   'data.data_dir', 'data.manual_dir',
-  'rl.micro_batch_rows', 'rl.slots', 'rl.eval_every', 'rl.max_nonfinite_steps',
+  'rl.micro_batch_rows', 'rl.eval_every', 'rl.max_nonfinite_steps',
   'verifier.timeout_s', 'verifier.workers',
   'checkpoint.every', 'checkpoint.keep',
   'log.samples_per_step', 'log.tensorboard', 'log.wandb_project',

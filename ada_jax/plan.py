@@ -196,9 +196,10 @@ def report(
   name, _ = _config_arg(spec)
   chip, devices, hbm_gib = _target(c, devices, hbm_gib)
   cfg = model_config(c, name) if cfg is None else cfg
+  backend = platforms.name(cfg.platform) if cfg.platform else 'tpu' if chip else 'cpu'
+  from_config.resolve_layout(c, cfg, devices, hbm_gib * 2**30, backend, refuse=False)
   shapes = step_shapes(c, cfg, eval_new_tokens)
   mesh = memory_plan.resolve_mesh(dict(c.mesh), devices)
-  backend = platforms.name(cfg.platform) if cfg.platform else 'tpu' if chip else 'cpu'
   p = memory_plan.plan(cfg, shapes, mesh, backend=backend)
   n_params = memory_plan.count_params(cfg)
   t = shapes.prompt_len + shapes.new_tokens
@@ -355,9 +356,9 @@ def check_report(
   name, _ = _config_arg(spec)
   _, devices, hbm_gib = _target(c, devices, hbm_gib)
   cfg = model_config(c, name) if cfg is None else cfg
-  if target:
-    cfg = dataclasses.replace(cfg, platform=target)
+  cfg = dataclasses.replace(cfg, platform=target or platforms.name())
   backend = platforms.name(cfg.platform)
+  from_config.resolve_layout(c, cfg, devices, hbm_gib * 2**30, backend, refuse=False)
   shapes = step_shapes(c, cfg, eval_new_tokens)
   mesh_shape = memory_plan.resolve_mesh(dict(c.mesh), devices)
   p = memory_plan.plan(cfg, shapes, mesh_shape, backend=backend)
@@ -770,18 +771,26 @@ def main(argv: Sequence[str] | None = None) -> None:
     c = from_config.load(args.config, rest)
     name, _ = _config_arg(args.config)
     cfg = model_config(c, name)
-    if args.layers:
-      cfg = dataclasses.replace(cfg, num_layers=args.layers)
-    target = args.target or ('tpu' if c.get('pod', '') else '')
-    if target:
-      cfg = dataclasses.replace(cfg, platform=target)
+    # The plan is for the pod's platform (TPU with a tpu= preset) unless
+    # --target says otherwise; --check compiles for --target, or for the
+    # devices at hand.
+    planned = args.target or ('tpu' if c.get('pod', '') else '')
+    plan_cfg = dataclasses.replace(cfg, platform=planned) if planned else cfg
     _, devices, hbm_gib = _target(c, args.devices, args.hbm_gib)
     tensor_rule = c.mesh.tensor == 0
+    # The layout is the full depth's; --layers keeps it (same mesh, fewer
+    # layers).
     chosen = from_config.resolve_layout(
-      c, cfg, devices, hbm_gib * 2**30, target, refuse=False
+      c, plan_cfg, devices, hbm_gib * 2**30, planned, refuse=False
     )
-    kw = dict(eval_new_tokens=args.eval_new_tokens, cfg=cfg)
-    print(report(c, args.config, args.devices, args.hbm_gib, **kw), flush=True)
+    if args.layers:
+      cfg = dataclasses.replace(cfg, num_layers=args.layers)
+      plan_cfg = dataclasses.replace(plan_cfg, num_layers=args.layers)
+    kw = dict(eval_new_tokens=args.eval_new_tokens)
+    print(
+      report(c, args.config, args.devices, args.hbm_gib, cfg=plan_cfg, **kw),
+      flush=True,
+    )
     if chosen is not None and tensor_rule:
       print(
         f'layout: mesh.tensor={chosen.mesh[2]} by the rule (the smallest of '
@@ -794,7 +803,14 @@ def main(argv: Sequence[str] | None = None) -> None:
       phases = [x for x in args.check_phases.split(',') if x]
       print(
         check_report(
-          c, args.config, args.devices, args.hbm_gib, phases, target=target, **kw
+          c,
+          args.config,
+          args.devices,
+          args.hbm_gib,
+          phases,
+          target=args.target,
+          cfg=cfg,
+          **kw,
         )
       )
   except ValueError as e:

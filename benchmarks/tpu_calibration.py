@@ -53,13 +53,13 @@ def calibrate(config: str, pod: str, variant: str, layers: int, phases, out=None
   """Plan vs TPU-compiled per phase for one config on one pod; prints lines."""
   spec = f'configs/{config}.py:tpu={pod},variant={variant}'
   c = from_config.load(spec)
-  cfg = plan.model_config(c, config)
-  if layers:
-    cfg = dataclasses.replace(cfg, num_layers=layers)
-  cfg = dataclasses.replace(cfg, platform='tpu')
+  cfg = dataclasses.replace(plan.model_config(c, config), platform='tpu')
   p = tpu_pods.pod(pod)
   hbm = chips.CHIPS[p.generation].hbm_gib * 2**30
+  # The full depth's layout (as `plan --layers` keeps it), then L layers.
   chosen = from_config.resolve_layout(c, cfg, p.chips, hbm, 'tpu', refuse=False)
+  if layers:
+    cfg = dataclasses.replace(cfg, num_layers=layers)
   shapes = from_config.step_shapes(c, cfg)
   mesh_shape = memory_plan.resolve_mesh(dict(c.mesh), p.chips)
   pl = memory_plan.plan(cfg, shapes, mesh_shape, backend='tpu')

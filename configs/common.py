@@ -302,6 +302,8 @@ def paper_config(
   # 0: one row per batch shard (data x fsdp of the mesh), by the layout rule.
   c.rl.micro_batch_rows = 0
   c.rl.epochs = 1
+  # Consecutive steps whose every update is non-finite before the run stops.
+  c.rl.max_nonfinite_steps = 3
   # RL loss: clip-higher, dual clip, token-mean, no entropy bonus, no KL.
   c.rl.clip_low = 0.2
   c.rl.clip_high = 0.28

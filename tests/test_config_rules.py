@@ -36,7 +36,7 @@ def _args(name):
   yield ''
   for variant, schedule in itertools.product(common.VARIANTS, common.SCHEDULES):
     yield f'variant={variant},schedule={schedule}'
-    for tpu in common.TPUS:
+    for tpu in common.EXAMPLE_PODS:
       yield f'variant={variant},schedule={schedule},tpu={tpu}'
     yield f'variant={variant},schedule={schedule},runlocal'
 

@@ -6,6 +6,7 @@ parse and TPU presets divide (sweeps: tests/test_experiments.py).
 Fast: ConfigDicts only, nothing compiles.
 """
 
+import dataclasses
 import importlib.util
 import itertools
 import pathlib
@@ -15,7 +16,8 @@ import subprocess
 
 import pytest
 
-from ada_jax import evaluate, from_config, main
+from ada_jax import evaluate, from_config, main, plan
+from ada_jax.infra import tpu_pods
 from configs import common
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
@@ -42,7 +44,7 @@ MODULES = {name: _module(name) for name in ALL}
 
 def _paper_args(name):
   for variant, schedule, data, tpu in itertools.product(
-    common.VARIANTS, common.SCHEDULES, PAPER[name], ('', *common.TPUS)
+    common.VARIANTS, common.SCHEDULES, PAPER[name], ('', *common.EXAMPLE_PODS)
   ):
     parts = [f'variant={variant}', f'schedule={schedule}', f'data={data}']
     yield ','.join([*parts, f'tpu={tpu}'] if tpu else parts), tpu
@@ -55,8 +57,13 @@ def test_paper_configs_build_with_every_arg(name):
     assert c.model.hf_path == ''
     assert c.data.name.startswith('ada_math_local/')
     rl = c.rl
-    devices = common.TPUS.get(tpu, 16)
-    dp = common.batch_shards(dict(c.mesh), devices)
+    assert c.pod == tpu
+    assert rl.micro_batch_rows == 0  # One row per batch shard, by the rule.
+    devices = tpu_pods.pod(tpu).chips if tpu else 16
+    from_config.resolve_layout(
+      c, plan.model_config(c, name), devices, None if not tpu else 1e15
+    )
+    dp = c.mesh.data * (devices // (c.mesh.data * c.mesh.tensor))
     rows = common.train_rows(rl.rule, rl, rl.group_size)
     assert rl.slots % dp == 0, arg
     assert rows % rl.mini_batch_rows == 0 and rows // rl.mini_batch_rows == 4, arg
@@ -139,7 +146,9 @@ def test_tiny_arith_values_unchanged_by_arg_parsing():
     'answer',
   )
   assert (f.sampling.max_new_tokens, f.rl.eval_sampled_k) == (8, 0)
-  assert tiny.get_config('tpu=v4-32,variant=balance').to_dict() == c.to_dict()
+  on_pod = tiny.get_config('tpu=v4-32,variant=balance').to_dict()
+  assert on_pod.pop('pod') == 'v4-32'
+  assert on_pod == {k: v for k, v in c.to_dict().items() if k != 'pod'}
   assert tiny.get_config('seed=3').seed == 3
   assert tiny.get_config('variant=grpo').rl.slots == 128
 
@@ -248,27 +257,34 @@ _SIZES = {
 
 
 @pytest.mark.parametrize('name', PAPER)
-def test_presets_fit_by_the_plan(name):
-  """Every variant's step on every preset pod, by the memory plan.
+def test_presets_follow_the_layout_rule(name):
+  """Every variant on every example pod: the rule's mesh fits, or is refused.
 
-  v5p-64 keeps 15% of its 95 GiB free; the pods listed in
-  common.DOES_NOT_FIT are the ones the plan says cannot hold the step.
+  The rule (planner/layout.py) takes the smallest tensor axis dividing the
+  KV heads whose plan fits; a smaller one would not fit, and where none
+  fits validation refuses the config with the plan's line.
   """
-  from ada_jax import plan
-  from ada_jax.planner import memory
+  from ada_jax.planner import chips, layout, memory
 
-  for variant, tpu in itertools.product(common.VARIANTS, common.TPUS):
+  for variant, tpu in itertools.product(common.VARIANTS, common.EXAMPLE_PODS):
     c = MODULES[name].get_config(f'variant={variant},tpu={tpu}')
-    _, devices = plan.tpu_preset(tpu)
+    pod = tpu_pods.pod(tpu)
     cfg = plan.model_config(c, name)
     assert (cfg.attention, cfg.remat) == ('auto', 'block')
-    p = memory.plan(
-      cfg, plan.step_shapes(c, cfg), memory.resolve_mesh(dict(c.mesh), devices)
-    )
-    peak_gib = p.peak / 2**30
-    if (_SIZES[name], tpu) in common.DOES_NOT_FIT:
-      if variant == 'balance':  # The docstring's table: the paper's Ada step.
-        assert peak_gib > 32, (variant, tpu, peak_gib)
-      continue
-    limit = 0.85 * 95 if tpu == 'v5p-64' else 32
-    assert peak_gib <= limit, (variant, tpu, peak_gib, p.peak_phase)
+    hbm = chips.CHIPS[pod.generation].hbm_gib * 2**30
+    chosen = from_config.resolve_layout(c, cfg, pod.chips, hbm, 'tpu', refuse=False)
+    shapes = from_config.step_shapes(c, cfg)
+    assert chosen.plan.peak == memory.plan(cfg, shapes, chosen.mesh).peak
+    smaller = [t for t in chosen.tried if t < chosen.mesh[2]]
+    for t in smaller:
+      mesh = memory.resolve_mesh({'data': 1, 'fsdp': -1, 'tensor': t}, pod.chips)
+      s2 = dataclasses.replace(
+        shapes, micro_batch_rows=layout.micro_rows(shapes.mini_batch_rows, mesh[1])
+      )
+      assert memory.plan(cfg, s2, mesh).peak > hbm, (variant, tpu, t)
+    if chosen.fits:
+      assert chosen.plan.peak <= hbm
+    else:
+      fresh = MODULES[name].get_config(f'variant={variant},tpu={tpu}')
+      with pytest.raises(from_config.ConfigError, match=r'config mesh\.tensor=0: .*'):
+        from_config.resolve_layout(fresh, cfg, pod.chips, hbm, 'tpu')

@@ -169,8 +169,7 @@ def test_run_dry_run(sh):
   [
     (
       ('configs/qwen25_math_7b.py:tpu=nope',),
-      "configs/qwen25_math_7b.py: arg tpu='nope' is not one of ('v4-32', 'v5p-64',"
-      " 'v6e-64')",
+      "configs/qwen25_math_7b.py: arg tpu='nope': unknown TPU accelerator type 'nope'",
     ),
     (
       ('tiny_arith', '--config.rl.nope=1'),

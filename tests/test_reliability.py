@@ -551,7 +551,7 @@ def test_bad_config_arg_one_line(tmp_path, capsys):
   code = main.run(['--config', f'{CONFIG},tpu=nope', '--workdir', str(tmp_path / 'w')])
   err = capsys.readouterr().err.strip()
   assert code == exit_codes.BAD_INPUT and len(err.splitlines()) == 1
-  assert "arg tpu='nope' is not one of" in err
+  assert "arg tpu='nope': unknown TPU accelerator type" in err
 
 
 def test_read_only_workdir_one_line(data_dir, tmp_path):
