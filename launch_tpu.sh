@@ -44,7 +44,7 @@ TPU_VERSION="${ADA_TPU_VERSION:-}"
 WORKDIR="${ADA_WORKDIR:-}"
 CACHE_DIR="${ADA_CACHE_DIR:-}"
 TARBALL=""
-DRY_RUN=0 SPOT=0 PREEMPTIBLE=0 ALLOW_DIRTY=0 NO_CHECK=0 FORCE=0 YES=0 FOLLOW=1
+DRY_RUN=0 SPOT=0 PREEMPTIBLE=0 ALLOW_DIRTY=0 NO_CHECK=0 IGNORE_PLAN=0 FORCE=0 YES=0 FOLLOW=1
 WORKER="" LINES=100 GRACE=600
 EXTRA_ENV=() REST=()
 
@@ -55,9 +55,12 @@ Usage: ./launch_tpu.sh [options] COMMAND [args]
 Commands:
   create                 create the TPU VM (--type, --version, --spot|--preemptible);
                          args after `--` go to `gcloud ... create` (e.g. --network=N)
-  setup                  ship the committed tree (git archive HEAD) to every worker,
+  setup [CONFIG[:ARGS]]  ship the committed tree (git archive HEAD) to every worker,
                          make a venv, install requirements.txt + pinned jax[tpu] + gcsfs,
-                         then check that all workers see all chips
+                         then the pod check on every worker (one line each): the
+                         config's mesh builds on the chips, each host feeds its
+                         rows, the plan fits (default config: qwen25_math_1p5b,
+                         with tpu=TYPE when --type is given)
   run CONFIG[:ARGS] [--config.key=value ...]
                          start `python -m ada_jax.main --config CONFIG[:ARGS]
                          --workdir gs://...` on every worker (nohup; log, pid file and
@@ -67,7 +70,11 @@ Commands:
                          here (also with --dry-run): a bad one fails before anything
                          is sent. Python used: $ADA_PYTHON, else REPO/.venv/bin/python,
                          else python3 (the first that imports ml_collections; none:
-                         a warning, unchecked)
+                         a warning, unchecked). Then the pod check on every worker
+                         (as setup's, and the programs compiled at 2 layers on the
+                         chips) before the job starts; a failure is one line per
+                         worker and nothing starts (--ignore-plan: a plan that does
+                         not fit is reported, not refused)
   logs                   tail the log of worker 0 (or --worker N|all)
   status                 TPU state (READY, PREEMPTED...) and, per worker, its code
                          commit, the job and the log's last line. The job: `running
@@ -97,7 +104,9 @@ Options (environment variable in brackets):
                          on the workers [ADA_CACHE_DIR] (default: WORKDIR/jax_cache)
   --env KEY=VALUE        run: extra environment variable for the job (repeatable)
   --allow-dirty          setup: ship HEAD even with uncommitted changes (not shipped)
-  --no-check             setup: skip the all-workers device check
+  --no-check             setup: skip the all-workers pod check
+  --ignore-plan          setup/run: the pod check reports a plan that does not fit
+                         the chips instead of refusing it
   --worker N|all         logs/ssh: which worker (logs default 0, ssh default all)
   --lines N, --no-follow logs: tail N lines (default 100); do not follow
   --grace SECONDS        stop: wait this long for the checkpoint before SIGKILL (600)
@@ -355,11 +364,30 @@ echo "\$(hostname): code \$COMMIT, \$("\$VENV/bin/python" -c 'import jax; print(
 EOF
 )"
   (( NO_CHECK )) && return 0
-  # All workers at once, as the job will: proves multi-host init and that each
-  # host sees its chips before a long run finds out.
-  ssh_workers all "$(remote <<'EOF'
-cd "$CODE_DIR"
-timeout 600 "$VENV/bin/python" -c 'import jax; jax.distributed.initialize(); print(f"process {jax.process_index()}/{jax.process_count()}: {jax.local_device_count()} local, {jax.device_count()} global {jax.devices()[0].device_kind}")'
+  local config=${REST[0]:-configs/qwen25_math_1p5b.py${TPU_TYPE:+:tpu=$TPU_TYPE}} file
+  file=${config%%:*}
+  [[ $file == */* ]] || file="configs/${file%.py}.py"  # tiny_arith -> configs/tiny_arith.py
+  config=$file${config#"${config%%:*}"}
+  note "pod check on every worker: $config"
+  pod_check "$config" 0 ${REST[@]+"${REST[@]:1}"}
+}
+
+# pod_check CONFIG LAYERS [--config.key=value ...]: all workers at once, as
+# the job will run (multi-host init included): the config's mesh builds on
+# the chips, each host feeds its rows, the plan fits them (with LAYERS > 0
+# the programs also compile at that depth). One line per worker; any failure
+# fails the command.
+pod_check() {
+  local config=$1 layers=$2 args="" a
+  shift 2
+  for a in -m ada_jax.plan --pod-check --layers "$layers" --config "$config" "$@"; do
+    args+=" $(sq "$a")"
+  done
+  (( IGNORE_PLAN )) && args+=" --ignore-plan"
+  ssh_workers all "$(remote <<EOF
+cd "\$CODE_DIR"
+export ADA_DISTRIBUTED=1
+timeout 1800 "\$VENV/bin/python"$args
 EOF
 )"
 }
@@ -413,14 +441,16 @@ cmd_run() {
     main_args+=" $(sq "$a")"
   done
   describe_pod
-  note "1/2: check every worker is set up and its TPU is free (all or none start)"
+  note "1/3: check every worker is set up and its TPU is free (all or none start)"
   ssh_workers all "$(remote <<EOF
 [[ -f \$CODE_DIR/COMMIT && -x \$VENV/bin/python ]] || { echo "\$(hostname): not set up; ./launch_tpu.sh setup" >&2; exit 1; }
 $TPU_FREE_CHECK
 echo "\$(hostname): code \$(cat "\$CODE_DIR/COMMIT"), ready"
 EOF
 )"
-  note "2/2: start the job on every worker"
+  note "2/3: pod check on every worker (mesh, rows, plan; programs at 2 layers)"
+  pod_check "$config" 2 ${overrides[@]+"${overrides[@]}"}
+  note "3/3: start the job on every worker"
   ssh_workers all "$(remote RUN_NAME "$run_name" STAMP "$stamp" <<EOF
 cd "\$CODE_DIR"
 mkdir -p "\$LOG_DIR"
@@ -541,6 +571,7 @@ main() {
       --preemptible) PREEMPTIBLE=1; need=0 ;;
       --allow-dirty) ALLOW_DIRTY=1; need=0 ;;
       --no-check) NO_CHECK=1; need=0 ;;
+      --ignore-plan) IGNORE_PLAN=1; need=0 ;;
       --force) FORCE=1; need=0 ;;
       --yes) YES=1; need=0 ;;
       --no-follow) FOLLOW=0; need=0 ;;

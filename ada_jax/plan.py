@@ -397,6 +397,115 @@ def check_report(
   return '\n'.join(lines)
 
 
+def pod_check(
+  c,
+  spec: str,
+  devices: Sequence[Any],
+  process_index: int,
+  hbm_bytes: float,
+  *,
+  layers: int = 0,
+  ignore_plan: bool = False,
+  live: bool = False,
+) -> tuple[list[str], list[str]]:
+  """(what was checked, problems) of a config on a pod's devices, for one process.
+
+  Before any long work (`launch_tpu.sh setup` and `run`, on every worker):
+  the config's layout (the plan's rule where it is left to it) builds a mesh
+  on these devices; this process feeds exactly its devices' rows of the
+  step's prompts and slots (`multihost.feed_problem`; live: also for real
+  on the pod's own devices); the plan fits `hbm_bytes`; with `layers`, the
+  config's programs compile at that depth on the mesh and each fits.
+  ignore_plan: a plan or program that does not fit is reported, not a
+  problem (`launch_tpu.sh --ignore-plan`). The same function runs here
+  against libtpu's topologies (tests/test_tpu_topology.py), one process at a
+  time.
+  """
+  from ada_jax import sharding
+  from ada_jax.infra import multihost
+  from ada_jax.planner import memory as memory_plan
+
+  done, problems = [], []
+  name, _ = _config_arg(spec)
+  if c.get('pod', ''):
+    from ada_jax.infra import tpu_pods
+
+    want = tpu_pods.pod(c.pod).chips
+    if len(devices) != want:
+      return done, [f'{c.pod} has {want} chips; this pod has {len(devices)} devices']
+  cfg = dataclasses.replace(model_config(c, name), platform='tpu')
+  try:
+    chosen = from_config.resolve_layout(
+      c, cfg, len(devices), hbm_bytes, 'tpu', refuse=not ignore_plan
+    )
+  except from_config.ConfigError as e:
+    return done, [str(e)]
+  shape = memory_plan.resolve_mesh(dict(c.mesh), len(devices))
+  try:
+    mesh = sharding.make_mesh(shape, devices)
+  except ValueError as e:
+    return done, [f'mesh {shape}: {e}']
+  done.append(f'mesh {shape} builds')
+  for what, rows in (('prompt', c.rl.prompts_per_step), ('slot', c.rl.slots)):
+    sh = multihost.rows_sharding(mesh, rows)
+    problem = multihost.feed_problem(sh, rows, process_index, live=live)
+    if problem:
+      problems.append(f'{what} rows: {problem}')
+    else:
+      n = sum(hi - lo for lo, hi in multihost.row_blocks(sh, rows, process_index))
+      done.append(f'feeds {n} of {rows} {what} rows')
+  shapes = step_shapes(c, cfg)
+  peak = (chosen.plan if chosen else memory_plan.plan(cfg, shapes, shape)).peak
+  line = f'plan {peak / 2**30:.2f} of {hbm_bytes / 2**30:.2f} GiB'
+  if peak > hbm_bytes:
+    (done if ignore_plan else problems).append(
+      f'{line}: does NOT fit' + (' (--ignore-plan)' if ignore_plan else '')
+    )
+  else:
+    done.append(f'{line} fits')
+  if layers and not problems:
+    small = dataclasses.replace(cfg, num_layers=layers)
+    got = compiled_phases(small, step_shapes(c, small), mesh, _CHECK_PHASES)
+    worst = max(got, key=lambda k: got[k].total)
+    text = f'{worst} compiled at {layers} layers: {got[worst].total / 2**30:.2f} GiB'
+    if got[worst].total > hbm_bytes and not ignore_plan:
+      problems.append(f'{text} > {hbm_bytes / 2**30:.2f} GiB')
+    else:
+      done.append(text)
+  return done, problems
+
+
+def run_pod_check(c, spec: str, layers: int, ignore_plan: bool) -> int:
+  """`--pod-check` on one worker of a pod: one line, exit code 0 or 1."""
+  import socket
+
+  import jax
+
+  from ada_jax.infra import multihost
+
+  multihost.init_distributed()
+  devs = jax.devices()
+  stats = devs[0].memory_stats() or {}
+  _, hbm_bytes = from_config.pod_memory(c)
+  hbm_bytes = float(stats.get('bytes_limit') or hbm_bytes or 0) or float('inf')
+  who = f'{socket.gethostname()} process {jax.process_index()}/{jax.process_count()}'
+  done, problems = pod_check(
+    c,
+    spec,
+    devs,
+    jax.process_index(),
+    hbm_bytes,
+    layers=layers,
+    ignore_plan=ignore_plan,
+    live=True,
+  )
+  if problems:
+    print(f'pod-check: {who}: FAILED: {"; ".join(problems)}', flush=True)
+    return 1
+  print(f'pod-check: {who}: ok: {", ".join(done)}', flush=True)
+  return 0
+
+
 # --check: the config's real programs, compiled on abstract inputs.
 #
 # `compiled_phases` lowers and compiles, on the devices at hand (fake CPU
@@ -739,6 +848,18 @@ def parser() -> argparse.ArgumentParser:
     'TPU chips compiles for the pod with libtpu (no chip)',
   )
   p.add_argument(
+    '--pod-check',
+    action='store_true',
+    help='on every worker of a pod (launch_tpu.sh setup/run): the mesh builds on '
+    'the chips, this host feeds its rows, the plan fits (and, with --layers, the '
+    'programs compile and fit); one line per worker, exit 1 on a problem',
+  )
+  p.add_argument(
+    '--ignore-plan',
+    action='store_true',
+    help='--pod-check: report a plan that does not fit instead of failing',
+  )
+  p.add_argument(
     '--layers',
     type=int,
     default=0,
@@ -767,6 +888,13 @@ def main(argv: Sequence[str] | None = None) -> None:
       os.environ['XLA_FLAGS'] = (
         f'{flags} --xla_force_host_platform_device_count={args.devices}'
       ).strip()
+  if args.pod_check:
+    try:
+      c = from_config.load(args.config, rest)
+      sys.exit(run_pod_check(c, args.config, args.layers, args.ignore_plan))
+    except ValueError as e:
+      print(f'pod-check: FAILED: {e}', flush=True)
+      sys.exit(1)
   try:
     c = from_config.load(args.config, rest)
     name, _ = _config_arg(args.config)

@@ -133,7 +133,19 @@ def test_setup_dry_run(sh):
   assert '"jax[tpu]==$JAX_TPU_VERSION"' in out
   assert 'JAX_TPU_VERSION=0.10.2' in out
   assert 'gcsfs==' in out
-  assert 'jax.distributed.initialize()' in out
+  # The pod check on every worker (plan.pod_check: tests/test_tpu_topology.py
+  # runs the same function against libtpu's topologies).
+  assert 'export ADA_DISTRIBUTED=1' in out
+  assert (
+    '-m ada_jax.plan --pod-check --layers 0 --config '
+    'configs/qwen25_math_1p5b.py:tpu=v4-32'
+  ) in out
+  custom = sh('--dry-run', *POD, '--ignore-plan', 'setup', 'qwen25_math_7b').stdout
+  assert (
+    '--pod-check --layers 0 --config configs/qwen25_math_7b.py --ignore-plan' in custom
+  )
+  skipped = sh('--dry-run', *POD, '--no-check', 'setup').stdout
+  assert '--pod-check' not in skipped
 
 
 def test_run_dry_run(sh):
@@ -147,8 +159,14 @@ def test_run_dry_run(sh):
     '--config.seed=3',
   ).stdout
   assert 'v4-32 = 4 workers x 4 chips' in out
-  assert out.count('tpu-vm ssh ada-v4 --zone=us-central2-b --worker=all') == 2
+  assert out.count('tpu-vm ssh ada-v4 --zone=us-central2-b --worker=all') == 3
   assert 'export ADA_DISTRIBUTED=1' in out
+  # Before the job: the pod check with the run's config and overrides.
+  check = (
+    '-m ada_jax.plan --pod-check --layers 2 --config '
+    'configs/tiny_arith.py:tpu=v4-32,variant=balance --config.seed=3'
+  )
+  assert out.index(check) < out.index('-m ada_jax.main')
   assert f'export JAX_COMPILATION_CACHE_DIR={WORKDIR}/jax_cache' in out
   assert (
     '-m ada_jax.main --config configs/tiny_arith.py:tpu=v4-32,variant=balance'
@@ -373,8 +391,17 @@ def test_worker_scripts_run_and_stop_a_job(worker):
   """The run, status and stop scripts, executed here against a fake job."""
   home, scripts, run = worker
   logs = home / 'ada_logs'
-  preflight, launch = scripts('run', 'tiny_arith', '--workdir', WORKDIR)
+  preflight, pod_check, launch = scripts('run', 'tiny_arith', '--workdir', WORKDIR)
   assert 'abc123, ready' in run(preflight).stdout
+  # The pod check runs the plan's check on the worker; its failure fails run.
+  (home / 'exit_code').write_text('0')
+  run(pod_check)
+  args = (home / 'job.args').read_text()
+  assert '-m ada_jax.plan --pod-check --layers 2 --config configs/tiny_arith.py' in args
+  assert 'ADA_DISTRIBUTED=1' in args
+  (home / 'exit_code').write_text('1')
+  run(pod_check, rc=1)
+  (home / 'exit_code').unlink()
   logs.mkdir()
   (logs / 'job.rc').write_text('1\n')  # A stale one, from an earlier job.
   assert 'started pid' in run(launch).stdout
@@ -421,7 +448,7 @@ def test_worker_status_tells_how_the_job_ended(worker, code, state):
   """`status` maps the exit code the job's wrapper wrote to words."""
   home, scripts, run = worker
   (home / 'exit_code').write_text(str(code))
-  _, launch = scripts('run', 'tiny_arith', '--workdir', WORKDIR)
+  *_, launch = scripts('run', 'tiny_arith', '--workdir', WORKDIR)
   run(launch)
   assert _wait_for(home / 'ada_logs' / 'job.rc') == f'{code}\n'
   (status,) = scripts('status')
@@ -434,7 +461,7 @@ def test_worker_status_tells_how_the_job_ended(worker, code, state):
 def test_worker_status_after_a_forced_stop_and_without_a_code(worker):
   home, scripts, run = worker
   logs = home / 'ada_logs'
-  _, launch = scripts('run', 'tiny_arith', '--workdir', WORKDIR)
+  *_, launch = scripts('run', 'tiny_arith', '--workdir', WORKDIR)
   run(launch)
   pid = int((logs / 'job.pid').read_text())
   _wait_for(logs / 'latest.log', 'step 1')

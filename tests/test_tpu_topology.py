@@ -242,3 +242,38 @@ def test_paper_config_targets_splash_and_the_stacked_cache():
   )
   got = plan.compiled_programs(tcfg, tshapes, mesh, ('old_logp',))['old_logp']
   assert _count_mosaic(got) == 0
+
+
+@pytest.mark.parametrize('name', PAPER)
+def test_pod_check_on_every_process_of_the_example_pods(name):
+  """`plan --pod-check`'s function, run here for each process of each pod.
+
+  What fits passes on every process; a pod where nothing fits fails on every
+  process with the plan's line, and passes (reported) with --ignore-plan.
+  """
+  for pod_name in common.EXAMPLE_PODS:
+    pod = tpu_pods.pod(pod_name)
+    devs = tpu_pods.devices(pod)
+    hbm = chips.CHIPS[pod.generation].hbm_gib * 2**30
+    spec = f'configs/{name}.py:tpu={pod_name}'
+    fits = None
+    for process in range(pod.hosts):
+      done, problems = plan.pod_check(from_config.load(spec), spec, devs, process, hbm)
+      if fits is None:
+        fits = not problems
+      assert fits == (not problems), (pod_name, process, problems)
+      if fits:
+        assert done[0].startswith('mesh (') and done[-1].endswith('fits'), done
+        assert any(f'of {512} prompt rows' in d for d in done), done
+      else:
+        (line,) = problems
+        assert line.startswith('config mesh.tensor=0: the step does not fit')
+    if not fits:
+      done, problems = plan.pod_check(
+        from_config.load(spec), spec, devs, 0, hbm, ignore_plan=True
+      )
+      assert not problems and 'does NOT fit (--ignore-plan)' in done[-1], done
+  wrong = tpu_pods.devices(tpu_pods.pod('v5p-8'))
+  spec = f'configs/{name}.py:tpu=v5p-64'
+  _, problems = plan.pod_check(from_config.load(spec), spec, wrong, 0, 95 * 2**30)
+  assert problems == ['v5p-64 has 32 chips; this pod has 4 devices']

@@ -11,7 +11,8 @@ gathered, global values, identical on every host.
   every process holds; each device takes its block, whatever order the
   mesh gives the devices (on a TPU pod a host's rows need not be one
   block). `row_blocks`: which rows a process's devices hold (the plan's
-  mesh line, and the tests that simulate each host of a pod).
+  mesh line); `feed_problem`: whether a process feeds exactly its devices'
+  rows (the pod check, and the tests that simulate each host of a pod).
 - `local_rows` / `gather_rows`: the rows of a global [S, ...] array this
   process can read, and the [S] values every process computed for its own
   rows merged into one global vector (one collective).
@@ -100,6 +101,43 @@ def row_blocks(
     else:
       merged.append((lo, hi))
   return merged
+
+
+def feed_problem(
+  sharding: NamedSharding, rows: int, process_index: int, live: bool = False
+) -> str | None:
+  """Why a process would not feed its devices their rows of a [rows] array, or None.
+
+  From the devices' `process_index` alone (so it answers for every process
+  of a pod that libtpu describes without a chip): the blocks
+  `global_rows` hands this process's devices must be exactly their rows.
+  live=True (on the pod itself, this process's own devices): also feeds
+  the rows for real and reads them back from the local shards.
+  """
+  host = np.arange(rows)
+  mine = {
+    d: ix
+    for d, ix in sharding.devices_indices_map((rows,)).items()
+    if d.process_index == process_index
+  }
+  if not mine:
+    return f'process {process_index} holds no device of the mesh'
+  for d, ix in mine.items():
+    want = np.arange(rows)[ix]
+    if len(want) == 0 or not np.array_equal(host[ix], want):
+      return f'process {process_index}: device {d.id} would get rows {host[ix][:4]}...'
+  held = {
+    int(i)
+    for lo, hi in row_blocks(sharding, rows, process_index)
+    for i in range(lo, hi)
+  }
+  if held != {int(i) for ix in mine.values() for i in host[ix]}:
+    return f'process {process_index}: its row blocks disagree with its devices'
+  if live:
+    idx, got = local_rows(global_rows(host.astype(np.int32), sharding))
+    if not np.array_equal(got, host[idx]):
+      return f'process {process_index}: rows fed to its devices read back wrong'
+  return None
 
 
 def local_rows(x: jax.Array) -> tuple[np.ndarray, np.ndarray]:
