@@ -506,6 +506,70 @@ def run_pod_check(c, spec: str, layers: int, ignore_plan: bool) -> int:
   return 0
 
 
+PAPER_CONFIGS = {  # Config name -> the model's row in the tables.
+  'qwen25_math_1p5b': '1.5B (Qwen2.5-Math-1.5B)',
+  'llama32_3b_instruct': '3B (Llama-3.2-3B-Instruct)',
+  'qwen3_4b_instruct': '4B (Qwen3-4B-Instruct-2507)',
+  'qwen25_math_7b': '7B (Qwen2.5-Math-7B)',
+}
+
+
+def preset_tables(pods: Sequence[str], variants: Sequence[str], root: str = '.') -> str:
+  """The presets' tables of configs/common.py, from the plan's layout rule.
+
+  One row per paper model, one column per pod: the mesh the rule picks for
+  Ada-balance (the paper's step), its micro-batch, peak GiB per chip and
+  phase, or that nothing fits; then the variants whose tensor axis differs.
+  tests/test_configs.py checks that the docstring holds exactly this
+  (`ADA_WRITE_TABLES=1` rewrites it).
+  """
+  from ada_jax.infra import tpu_pods
+  from ada_jax.planner import chips
+
+  head = ' | '.join(
+    f'{p} ({tpu_pods.pod(p).chips} chips, '
+    f'{chips.CHIPS[tpu_pods.pod(p).generation].hbm_gib:g} GiB)'
+    for p in pods
+  )
+  lines = [f'| model | {head} |', '|---' * (len(pods) + 1) + '|']
+  notes = []
+  for name, row in PAPER_CONFIGS.items():
+    cells = []
+    for pod_name in pods:
+      pod = tpu_pods.pod(pod_name)
+      hbm = chips.CHIPS[pod.generation].hbm_gib * 2**30
+      tensors = {}
+      for variant in variants:
+        c = from_config.load(
+          f'{root}/configs/{name}.py:tpu={pod_name},variant={variant}'
+        )
+        cfg = dataclasses.replace(model_config(c, name), platform='tpu')
+        chosen = from_config.resolve_layout(c, cfg, pod.chips, hbm, 'tpu', refuse=False)
+        tensors[variant] = (chosen.mesh[2], chosen.fits)
+        if variant == variants[0]:
+          peak = chosen.plan.peak / 2**30
+          if chosen.fits:
+            cells.append(
+              f'(1, -1, {chosen.mesh[2]}), m={chosen.micro_batch_rows}: '
+              f'{peak:.1f} GiB ({chosen.plan.peak_phase})'
+            )
+          else:
+            cells.append(
+              f'does NOT fit: {peak:.1f} GiB at (1, -1, {chosen.mesh[2]}) '
+              f'({chosen.plan.peak_phase})'
+            )
+      base = tensors[variants[0]]
+      for variant, got in tensors.items():
+        if got != base:
+          what = f'tensor {got[0]}' if got[1] else 'does NOT fit'
+          notes.append(f'{row.split()[0]} {variant} on {pod_name}: {what}')
+    lines.append(f'| {row} | ' + ' | '.join(cells) + ' |')
+  if notes:
+    lines.append('')
+    lines.append('Other variants where the rule differs: ' + '; '.join(notes) + '.')
+  return '\n'.join(lines)
+
+
 # --check: the config's real programs, compiled on abstract inputs.
 #
 # `compiled_phases` lowers and compiles, on the devices at hand (fake CPU

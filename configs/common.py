@@ -7,63 +7,56 @@ naming the config and the key. `paper_config` builds the reference setup
 (`run_reinforce_ada.sh` / `run_grpo.sh`, reference doc section 5.2) that the
 four paper configs share; each of them only adds its model and data.
 
-Mesh presets (`tpu=`), axes (data, fsdp, tensor); -1 fills the rest. All
-paper configs run `model.attention=auto` (splash attention on TPU) and
-`model.remat=block`, and one training row per device per micro-batch
-(`rl.micro_batch_rows` = data x fsdp):
+Mesh presets (`tpu=POD`, any TPU slice: v4-8 .. v4-256, v5p-8 .. v5p-256,
+v5litepod-1 .. 256, v6e-4 .. v6e-256; `infra/tpu_pods.py`): axes (data,
+fsdp, tensor) = (1, -1, 0), the tensor axis left to the plan's rule
+(planner/layout.py: the smallest that divides the model's KV heads and
+whose plan fits the pod's chips), and `rl.micro_batch_rows = 0` (one row
+per batch shard per micro-batch, data x fsdp). The config boundary
+(`from_config.resolve_layout`) fills both when a command validates the
+config; a pod where no tensor axis fits is refused there with the plan's
+line. All paper configs run `model.attention=auto` (splash attention on
+TPU) and `model.remat=block`.
+
+What the rule picks for the paper's step (Ada-balance: B = 512 prompts, S =
+B·M = 4096 slots, up to 4 rounds, P + N = 1024 + 2048, R = 2048 rows,
+mini-batch 512), with the peak HBM per chip and its phase, by the plan for
+TPU (planner/memory.py; `python -m ada_jax.plan --check --target tpu`
+compiles the real programs with the TPU compiler for the pod's topology):
+
+[plan tables]
 
 | model | v4-32 (16 chips, 32 GiB) | v5p-64 (32 chips, 95 GiB) | v6e-64 (64 chips, 32 GiB) |
 |---|---|---|---|
-| 1.5B (Qwen2.5-Math-1.5B) | (1, -1, 1) | (1, -1, 1) | (1, -1, 2) |
-| 3B (Llama-3.2-3B-Instruct) | (1, -1, 4), does NOT fit | (1, -1, 4) | (1, -1, 4) |
-| 4B (Qwen3-4B-Instruct-2507) | (1, -1, 4), does NOT fit | (1, -1, 4) | (1, -1, 4) |
-| 7B (Qwen2.5-Math-7B) | (1, -1, 2), does NOT fit | (1, -1, 2) | (1, -1, 4) |
+| 1.5B (Qwen2.5-Math-1.5B) | (1, -1, 1), m=16: 20.3 GiB (sampling) | (1, -1, 1), m=32: 18.6 GiB (sampling) | (1, -1, 1), m=64: 17.7 GiB (sampling) |
+| 3B (Llama-3.2-3B-Instruct) | does NOT fit: 66.8 GiB at (1, -1, 8) (sampling) | (1, -1, 1), m=32: 66.9 GiB (sampling) | (1, -1, 4), m=16: 18.0 GiB (sampling) |
+| 4B (Qwen3-4B-Instruct-2507) | does NOT fit: 85.7 GiB at (1, -1, 8) (sampling) | (1, -1, 1), m=32: 85.8 GiB (sampling) | (1, -1, 4), m=16: 23.0 GiB (sampling) |
+| 7B (Qwen2.5-Math-7B) | does NOT fit: 41.1 GiB at (1, -1, 4) (sampling) | (1, -1, 1), m=32: 46.9 GiB (sampling) | (1, -1, 2), m=32: 23.5 GiB (sampling) |
 
-Peak HBM per chip of the paper's step (Ada-balance: B = 512 prompts, S =
-B·M = 4096 slots, up to 4 rounds, P + N = 1024 + 2048, R = 2048 rows,
-mini-batch 512) by `python -m ada_jax.plan` (planner/memory.py, calibrated
-against XLA's compiled memory analysis; `plan --check` compiles the real
-programs):
+Other variants where the rule differs: 1.5B dapo on v4-32: tensor 2; 3B dapo on v5p-64: tensor 2; 3B dapo on v6e-64: tensor 8; 4B dapo on v5p-64: tensor 2; 4B dapo on v6e-64: tensor 8; 7B dapo on v4-32: tensor 4; 7B grpo on v4-32: tensor 2; 7B dapo on v6e-64: tensor 4.
 
-| model | v4-32 | v5p-64 | v6e-64 |
-|---|---|---|---|
-| 1.5B | 20.2 GiB, sampling: fits | 18.6 GiB, sampling: fits | 9.3 GiB, sampling: fits |
-| 3B | 67.4 GiB, sampling: does NOT fit | 34.4 GiB, sampling: fits | 18.0 GiB, sampling: fits |
-| 4B | 86.4 GiB, sampling: does NOT fit | 44.1 GiB, sampling: fits | 23.0 GiB, sampling: fits |
-| 7B | 44.5 GiB, sampling: does NOT fit | 25.8 GiB, sampling: fits | 12.9 GiB, sampling: fits |
+[end plan tables]
 
 Why. With block remat, blockwise attention and micro-batches over every row
-shard, the update and the old-logp pass are small (7B on v5p-64: 10.7 and
-6.5 GiB, params and AdamW state included). Memory is set by sampling: the
-round's KV cache (each prompt's P keys once per group of its M slots, and
-each slot's own N: S / (data x fsdp) slots, KV heads split over tensor when
-they divide; sampler.round_cache) and, next to it, the prompt cache of
-all B prompts that the round's slot gather all-gathers onto every device
-(every layer's K and V, split over tensor only), plus the bf16 sampling
-copy of the weights (split over tensor only). So: full FSDP where the KV
-cache dominates (1.5B on v4-32 and v5p-64: more slot shards), and a tensor
-axis as large as the KV heads allow where the gathered prompt cache and the
-sampling copy dominate (G = 8 for Llama-3B and Qwen3-4B: tensor 4; 7B: G =
-4; 1.5B: G = 2). data > 1 only adds replicas. DAPO prefills 2B = 1024
-prompts: 1.5B on v4-32 takes (1, -1, 2) and 3B and 4B on v6e-64 (1, -1, 8)
-for it (3B at (1, -1, 4): 32.8 GiB, the gathered prompts beside the groups'
-prompt keys)
-(`VARIANT_MESH_PRESETS`). Every variant fits where balance does (GRPO and
-DAPO have S = B·n = 2048 slots).
+shard, the update and the old-logp pass are small. Memory is set by
+sampling: the round's KV cache (each prompt's P keys once per group of its
+M slots, and each slot's own N: S / (data x fsdp) slots, KV heads split
+over tensor when they divide; sampler.round_cache) and, next to it, the
+prompt cache of all B prompts that the round's slot gather all-gathers
+onto every device (split over tensor only), plus the bf16 sampling copy of
+the weights (split over tensor only). A larger tensor axis shrinks the
+gathered prompts and the sampling copy but costs a collective per layer
+per token, so the rule takes the smallest that fits. DAPO prefills 2B =
+1024 prompts (its gathered prompt cache is twice the others').
 
-Where a pod cannot hold the paper's step (3B, 4B and 7B on v4-32, listed
-in `DOES_NOT_FIT`), the plan names the smallest change that fits: 4 (3B,
-4B) or 2 (7B) slot waves per round (the step unchanged; not implemented),
-else the step quartered (3B, 4B: `--config.rl.prompts_per_step=128
---config.rl.slots=1024 --config.rl.mini_batch_rows=128`) or halved (7B:
-`--config.rl.prompts_per_step=256 --config.rl.slots=2048
---config.rl.mini_batch_rows=256`). Not part of the step: the trainer's
-pass-rate histogram scores S // k prompts x k samples in one round of S
-slots (the RL round's shape, so it fits wherever the step does); greedy
-evaluation and the evaluate command (k = 1) run S prompts in an aligned
-round (slot i continues prompt i, no gather); `plan` prints their verdicts
-separately (evaluate at 4096 new tokens may need `--slots` on the smaller
-pods).
+Where a pod cannot hold the paper's step, `python -m ada_jax.plan` names
+the smallest change that fits (a larger tensor axis, slot waves (not
+implemented), or the step halved or quartered). Not part of the step: the
+trainer's pass-rate histogram scores S // k prompts x k samples in one
+round of S slots; greedy evaluation and the evaluate command (k = 1) run S
+prompts in an aligned round (slot i continues prompt i, no gather); `plan`
+prints their verdicts separately (evaluate at 4096 new tokens may need
+`--slots` on the smaller pods).
 """
 
 from __future__ import annotations
