@@ -18,7 +18,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 
 from ada_jax import verifier
-from ada_jax.verifier import warmup
+from ada_jax.verifier import grade, warmup
 from tests import verifier_property_cases as vp
 
 EXAMPLES = int(os.environ.get('VERIFIER_PROPERTY_EXAMPLES', '300'))
@@ -152,8 +152,15 @@ def _warm_sympy():
 
 
 def _check(p: vp.Pair) -> None:
-  start = time.monotonic()
-  got = verifier.verify(p.response, p.reference)
+  # A verdict the verifier's own deadline cut short (a loaded machine: the
+  # suite runs beside other work) says nothing about the value; it is
+  # retried, up to twice, and must then be right.
+  for _ in range(3):
+    before = grade.counters()['timeouts']
+    start = time.monotonic()
+    got = verifier.verify(p.response, p.reference)
+    if grade.counters()['timeouts'] == before:
+      break
   assert time.monotonic() - start < 2.0, p
   if p.equal:
     assert got, p
