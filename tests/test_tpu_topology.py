@@ -277,3 +277,16 @@ def test_pod_check_on_every_process_of_the_example_pods(name):
   spec = f'configs/{name}.py:tpu=v5p-64'
   _, problems = plan.pod_check(from_config.load(spec), spec, wrong, 0, 95 * 2**30)
   assert problems == ['v5p-64 has 32 chips; this pod has 4 devices']
+
+
+def test_missing_libtpu_is_one_line_naming_the_install(monkeypatch):
+  import sys
+
+  monkeypatch.setitem(sys.modules, 'libtpu', None)  # `import libtpu` fails.
+  with pytest.raises(RuntimeError, match=r"needs libtpu: pip install 'libtpu==") as e:
+    tpu_pods.devices.__wrapped__(tpu_pods.pod('v5p-64'))
+  assert len(str(e.value).splitlines()) == 1
+  c = from_config.load('configs/qwen25_math_1p5b.py:tpu=v5p-64')
+  monkeypatch.setattr(tpu_pods, 'devices', tpu_pods.devices.__wrapped__)
+  with pytest.raises(ValueError, match=r'^compiling for TPU v5p-64 needs libtpu'):
+    plan.check_devices(c, 32, 'tpu')
