@@ -286,6 +286,27 @@ FIT: dict[str, float] = {
   'logp_flash_layer': 3.8,
 }
 
+# The TPU compiler's (libtpu) buffer assignment differs from XLA:CPU's where
+# the plan's target is 'tpu' (module doc, "On TPU"): bytes per element,
+# fitted to the TPU-compiled paper programs at 1, 2 and 4 layers on v4-32,
+# v5p-64 and v6e-64 (benchmarks/tpu_calibration.py; the saved figures are
+# tests/data/tpu_compiled.json).
+FIT_TPU: dict[str, float] = {
+  # The token choice's temporaries of a round: fp32 [S, V] arrays of one
+  # decode step (scaled logits, weights, the top-p filter's vocab sort, its
+  # indices and cumulative sum), per slot per vocab entry over the whole
+  # vocab (the sort gathers a tensor-split vocab) and over the device's
+  # shard of it.
+  'choose_vocab': 2.0,
+  'choose_shard': 7.0,
+  # Before the decode loop (the response cache not yet alive): the B
+  # prompts' first-token logits all-gathered for the slot gather, fp32
+  # [B, v], with the gather's row-taking copies.
+  'first_logits': 1.7,
+  # Old-logp: layers of fsdp-gathered compute-dtype weights alive at once.
+  'logp_layers': 1.0,
+}
+
 
 def _split(dim: int, ways: int) -> int:
   """Per-device size of a dim split `ways` ways (replicated if not dividing)."""
@@ -396,6 +417,7 @@ def plan(
       to splash on TPU and chunked elsewhere (both blockwise, planned alike).
   """
   c, s = config, shapes
+  tpu = backend == 'tpu'
   dp, tensor = mesh[0] * mesh[1], mesh[2]
   p, n = s.prompt_len, s.new_tokens
   t = p + n
@@ -461,7 +483,12 @@ def plan(
         prefix = prefix // 2
       own = attention_lib.round_cache_len(new, backend)
       response = s_dev * own * kv_layer
-      cache = int(c.num_layers * (prefix + max(response, gathered)))
+      if tpu:
+        # TPU: the gathers happen before the empty response caches exist
+        # (one layer's gathered K or V at a time), see `pre` below.
+        cache = int(c.num_layers * (prefix + response))
+      else:
+        cache = int(c.num_layers * (prefix + max(response, gathered)))
       cache += s_dev * own + g_rows * p
     # [S, V] first-token logits, per-token fp32 scores [S, h, 1, T] (dense)
     # or those of the whole prefix [S, h, 1, P] (the larger of them and the
@@ -473,8 +500,23 @@ def plan(
     else:
       tk, _ = attention_lib.decode_block(new)
       scores = s_dev * (h_dev * max(p, tk) * 12 + 2 * g_dev * tk * c.head_dim * 4)
-    other = s_dev * v_dev * 4 * 3 + scores + s_dev * (new * 12 + 4)
-    return cache, other
+    outputs = s_dev * (new * 12 + 4)
+    if not tpu or decode == 'dense':
+      return cache, s_dev * v_dev * 4 * 3 + scores + outputs
+    # TPU: the loop's token choice holds several fp32 [S, V] arrays (the
+    # top-p filter's sort among them); before the loop the B prompts'
+    # first-token logits are all-gathered (fp32 [B, v]) and each layer's
+    # prompt K and V in turn ([B, G, P, K], one at a time), while the
+    # response caches are not yet alive: the round peaks at the larger.
+    choose = (
+      s_dev
+      * 4
+      * (FIT_TPU['choose_vocab'] * c.vocab_size + FIT_TPU['choose_shard'] * v_dev)
+    )
+    loop = choose + scores
+    pre = 0 if aligned else max(FIT_TPU['first_logits'] * b * v_dev * 4, gathered / 2)
+    pre -= c.num_layers * response
+    return cache, int(max(loop, pre)) + outputs
 
   rnd_kv, rnd_other = round_program(s.prompts, s.slots, n, group=s.slot_group)
   buffer = s.max_rounds * _rows(s.slots, dp) * n * 12
@@ -515,7 +557,18 @@ def plan(
     tk, _ = attention_lib.block_size(t, attention_lib.BLOCK_K)
     fwd += FIT['logp_flash'] * h * tq * tk
   fwd += 8 * min(s.logit_chunk, n) * v_dev + 8 * n
-  if c.remat == 'block':
+  if tpu:
+    # TPU: the fsdp gathers move the weights after their cast to the compute
+    # dtype: one layer's at a time beside its forward, and the input
+    # embedding table (gathered for the token lookup, before the layers
+    # run: the pass peaks at the larger of the two).
+    layer_a = _layer_params(c, a, tensor)
+    embed_in = a * _split(c.vocab_size, tensor) * c.hidden_size
+    chunk_logits = b_dev * 4 * min(s.logit_chunk, n) * v_dev
+    logp_tmp = int(
+      max(embed_in + chunk_logits, FIT_TPU['logp_layers'] * layer_a + b_dev * fwd)
+    )
+  elif c.remat == 'block':
     logp_weights = layers_train + FIT['weights_block'] * layer_g + embed_g
   else:
     logp_weights = c.num_layers * layer_g + embed_g
@@ -523,7 +576,8 @@ def plan(
       logp_weights += int(
         FIT['logp_flash_layer'] * c.num_layers * b_dev * t * h * c.head_dim
       )
-  logp_tmp = int(b_dev * fwd + logp_weights)
+  if not tpu:
+    logp_tmp = int(b_dev * fwd + logp_weights)
   logp_out = 2 * batch_f32
 
   # --- Evaluation-like rounds: S prompts prefilled per chunk, S slots.
