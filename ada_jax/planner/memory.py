@@ -50,6 +50,32 @@ v4-32's 16: sampling 0.99); bf16 ones compile larger on CPU (1.5B:
 sampling 0.40, update 0.72), whose XLA has no native bf16 math and keeps
 fp32 copies of bf16 buffers; TPU computes in bf16 (the plan's assumption).
 
+On TPU (backend='tpu'; fitted to the TPU compiler's figures, FIT_TPU, and
+checked against them without a chip: `plan --check --target tpu`,
+`benchmarks/tpu_calibration.py`, tests/test_plan_tpu.py). Where libtpu's
+buffer assignment differs from XLA:CPU's, the TPU plan follows it:
+  round:      the slot gather's all-gathers (the B prompts' fp32 first-token
+              logits [B, v], and each layer's prompt K and V [B, G, P, K],
+              one layer's pair at a time) run before the empty response
+              caches exist, so a round peaks either before its loop (the
+              gathers and the prefixes) or in it: L layers' [S/m, G, P, K]
+              prefixes and [S, G, N, K] response caches plus the token
+              choice's fp32 [S, V] arrays (about nine with the top-p
+              filter's vocab sort compiled: scaled logits, weights, the
+              sorted values and their indices, the cumulative sum; the sort
+              gathers a tensor-split vocab, so part of them is whole-vocab);
+  old_logp:   the fsdp all-gathers move each weight after its cast to the
+              compute dtype (bf16), one layer's at a time; the pass peaks at
+              the token lookup's gathered input embedding [v, D] (with one
+              chunk of logits) or at a layer's weights and forward, the
+              larger;
+  update:     as on CPU (within 0.95-1.07 of the TPU figures).
+Measured plan / TPU-compiled at --layers 2 (balance presets; the table in
+tests/data/tpu_compiled.json): 0.83-1.12 over every phase of the paper
+configs on v4-32, v5p-64 and v6e-64. Programs XLA compiles with a memory
+slack keep some extra copies at small depths (1.5B on v5p-64: 0.84 at 2
+layers, 1.03 at 4); the plan follows the copies a program needs.
+
 Dimension legend:
   B: prompts per step     P: prompt bucket      N: max new tokens
   T: P + N                S: sampling slots     M: max rounds
@@ -485,7 +511,7 @@ def plan(
       response = s_dev * own * kv_layer
       if tpu:
         # TPU: the gathers happen before the empty response caches exist
-        # (one layer's gathered K or V at a time), see `pre` below.
+        # (one layer's gathered K and V at a time), see `pre` below.
         cache = int(c.num_layers * (prefix + response))
       else:
         cache = int(c.num_layers * (prefix + max(response, gathered)))
@@ -506,15 +532,16 @@ def plan(
     # TPU: the loop's token choice holds several fp32 [S, V] arrays (the
     # top-p filter's sort among them); before the loop the B prompts'
     # first-token logits are all-gathered (fp32 [B, v]) and each layer's
-    # prompt K and V in turn ([B, G, P, K], one at a time), while the
-    # response caches are not yet alive: the round peaks at the larger.
+    # prompt K and V in turn (one layer's [B, G, P, K] pair at a time),
+    # while the response caches are not yet alive: the round peaks at the
+    # larger.
     choose = (
       s_dev
       * 4
       * (FIT_TPU['choose_vocab'] * c.vocab_size + FIT_TPU['choose_shard'] * v_dev)
     )
     loop = choose + scores
-    pre = 0 if aligned else max(FIT_TPU['first_logits'] * b * v_dev * 4, gathered / 2)
+    pre = 0 if aligned else max(FIT_TPU['first_logits'] * b * v_dev * 4, gathered)
     pre -= c.num_layers * response
     return cache, int(max(loop, pre)) + outputs
 
