@@ -440,7 +440,10 @@ def plan(
     kv_dtype: sampler KV-cache dtype (default: the compute dtype, as
       `sampler.prefill` does).
     backend: where it runs ('tpu', 'cpu', ...): `attention='auto'` resolves
-      to splash on TPU and chunked elsewhere (both blockwise, planned alike).
+      to splash on TPU and chunked elsewhere (both blockwise, planned alike);
+      'tpu' plans the rounds and the old-logp pass as the TPU compiler
+      assigns their buffers (FIT_TPU, the module doc's "On TPU"), any other
+      backend as XLA:CPU does (FIT).
   """
   c, s = config, shapes
   tpu = backend == 'tpu'
