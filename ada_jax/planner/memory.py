@@ -325,10 +325,13 @@ FIT_TPU: dict[str, float] = {
   # shard of it.
   'choose_vocab': 2.0,
   'choose_shard': 7.0,
-  # Before the decode loop (the response cache not yet alive): the B
-  # prompts' first-token logits all-gathered for the slot gather, fp32
-  # [B, v], with the gather's row-taking copies.
-  'first_logits': 1.7,
+  # Before the decode loop (the response cache not yet alive) two gathers
+  # for the slot gather: the B prompts' first-token logits (fp32 [B, v]) and
+  # one layer's prompt K and V. The larger is alive whole; the scheduler
+  # keeps this share of the smaller beside it (none on 1.5B v6e-64 balance,
+  # all of it on its DAPO preset's B = 1,024: a middle that keeps both
+  # within 0.82-1.19).
+  'gather_overlap': 0.5,
   # Old-logp: layers of fsdp-gathered compute-dtype weights alive at once.
   'logp_layers': 1.0,
 }
@@ -544,7 +547,10 @@ def plan(
       * (FIT_TPU['choose_vocab'] * c.vocab_size + FIT_TPU['choose_shard'] * v_dev)
     )
     loop = choose + scores
-    pre = 0 if aligned else max(FIT_TPU['first_logits'] * b * v_dev * 4, gathered)
+    first = b * v_dev * 4
+    pre = 0
+    if not aligned:
+      pre = max(first, gathered) + FIT_TPU['gather_overlap'] * min(first, gathered)
     pre -= c.num_layers * response
     return cache, int(max(loop, pre)) + outputs
 
