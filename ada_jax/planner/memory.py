@@ -69,7 +69,8 @@ buffer assignment differs from XLA:CPU's, the TPU plan follows it:
               the token lookup's gathered input embedding [v, D] (with one
               chunk of logits) or at a layer's weights and forward, the
               larger;
-  update:     as on CPU (within 0.95-1.07 of the TPU figures).
+  update:     as on CPU, but with untied embeddings the gathered weights
+              are in the compute dtype (7B); tied ones stay fp32 (1.5B).
 Measured plan / TPU-compiled at --layers 2 (balance presets; the table in
 tests/data/tpu_compiled.json): 0.83-1.12 over every phase of the paper
 configs on v4-32, v5p-64 and v6e-64. Programs XLA compiles with a memory
@@ -573,6 +574,15 @@ def plan(
       c.num_layers * FIT['block_kept'] * a * t * c.hidden_size + kept + transient
     )
     weights = 2 * layers_train + FIT['weights_block'] * layer_g + embed_g
+    if tpu and not c.tie_embeddings:
+      # TPU, untied embeddings: the gathers move compute-dtype weights (7B
+      # on v5p-64: 1.75 at 2 layers, 1.41 at 28 with fp32 ones; 1.12 and
+      # 1.12 so). Tied ones stay fp32 there (1.5B: 0.95-1.03 as planned,
+      # 0.75 with compute-dtype ones): the tied table's gradient sums the
+      # lookup's and the head's.
+      weights = (
+        2 * layers_train + FIT['weights_block'] * layer_g * a // w + embed_g * a // w
+      )
   else:
     act = b_dev * (c.num_layers * kept + transient)
     weights = c.num_layers * layer_g + embed_g
@@ -597,11 +607,13 @@ def plan(
     # TPU: the fsdp gathers move the weights after their cast to the compute
     # dtype: one layer's at a time beside its forward, and the input
     # embedding table (gathered for the token lookup, before the layers
-    # run: the pass peaks at the larger of the two).
+    # run: the pass peaks at the larger of the two), beside the scan's
+    # stacked copy of the layers' own shards (1.5B and 7B at full depth:
+    # 1.01 and 0.98; without it 0.83 and 0.71).
     layer_a = _layer_params(c, a, tensor)
     embed_in = a * _split(c.vocab_size, tensor) * c.hidden_size
     chunk_logits = b_dev * 4 * min(s.logit_chunk, n) * v_dev
-    logp_tmp = int(
+    logp_tmp = layers_train + int(
       max(embed_in + chunk_logits, FIT_TPU['logp_layers'] * layer_a + b_dev * fwd)
     )
   elif c.remat == 'block':
