@@ -71,11 +71,15 @@ buffer assignment differs from XLA:CPU's, the TPU plan follows it:
               larger;
   update:     as on CPU, but with untied embeddings the gathered weights
               are in the compute dtype (7B); tied ones stay fp32 (1.5B).
-Measured plan / TPU-compiled at --layers 2 (balance presets; the table in
-tests/data/tpu_compiled.json): 0.83-1.12 over every phase of the paper
-configs on v4-32, v5p-64 and v6e-64. Programs XLA compiles with a memory
-slack keep some extra copies at small depths (1.5B on v5p-64: 0.84 at 2
-layers, 1.03 at 4); the plan follows the copies a program needs.
+Measured plan / TPU-compiled at --layers 2 (balance presets at the layouts
+the rule picks; tests/data/tpu_compiled.json): 0.83-1.18 over every phase
+of 1.5B, Llama 3B and 7B on v4-32, v5p-64 and v6e-64 and of Qwen3 4B on
+v5p-64 and v6e-64; at full depth on v5p-64 0.98-1.01 (1.5B) and 0.96-1.12
+(7B). Not followed: Qwen3 4B's rounds on v4-32's (1, 2, 8) (0.61-0.74:
+5 GiB more than Llama 3B's on the same layout, not yet explained).
+Programs compiled with memory to spare keep extra copies at small depths
+(1.5B on v5p-64: 0.84 at 2 layers, 1.03 at 4); the plan counts the copies a
+program needs.
 
 Dimension legend:
   B: prompts per step     P: prompt bucket      N: max new tokens
