@@ -35,6 +35,8 @@ os.environ.setdefault('JAX_PLATFORMS', 'cpu')
 _ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(_ROOT))
 
+import jax.numpy as jnp  # noqa: E402
+
 from ada_jax import from_config, plan, sharding  # noqa: E402
 from ada_jax.infra import tpu_pods  # noqa: E402
 from ada_jax.planner import chips  # noqa: E402
@@ -95,9 +97,58 @@ def calibrate(config: str, pod: str, variant: str, layers: int, phases, out=None
         compile_s=round(seconds, 1),
         **dataclasses.asdict(got),
         items={i.name.strip(): i.bytes for i in pl.items},
+        shapes=dataclasses.asdict(shapes),
+        model=_model_fields(cfg),
       )
       with open(out, 'a') as f:
         f.write(json.dumps(row) + '\n')
+
+
+def _model_fields(cfg) -> dict:
+  """What rebuilds the ModelConfig from `planner.models` (see `table_row`)."""
+  return dict(
+    num_layers=cfg.num_layers,
+    dtype=jnp.dtype(cfg.dtype).name,
+    param_dtype=jnp.dtype(cfg.param_dtype).name,
+    attention=cfg.attention,
+    remat=cfg.remat,
+  )
+
+
+def table_row(row: dict) -> dict:
+  """A saved JSONL row as the test table keeps it (tests/data/tpu_compiled.json).
+
+  Rows written before they carried `shapes` and `model` get them from the
+  config (as `calibrate` would have, at the row's micro-batch).
+  """
+  if 'shapes' not in row or 'model' not in row:
+    c = from_config.load(
+      f'configs/{row["config"]}.py:tpu={row["pod"]},variant={row["variant"]}'
+    )
+    cfg = dataclasses.replace(
+      plan.model_config(c, row['config']), platform='tpu', num_layers=row['layers']
+    )
+    shapes = dataclasses.replace(
+      from_config.step_shapes(c, cfg), micro_batch_rows=row['micro']
+    )
+    row = dict(row, shapes=dataclasses.asdict(shapes), model=_model_fields(cfg))
+  keep = ('config', 'pod', 'variant', 'layers', 'mesh', 'phase', 'compile_s')
+  keep += ('arguments', 'outputs', 'aliased', 'temp', 'compiled', 'shapes', 'model')
+  return {k: row[k] for k in keep}
+
+
+def write_table(paths: list[str], out: str) -> None:
+  """The latest row of each (config, pod, variant, layers, mesh, micro, phase)."""
+  rows = {}
+  for path in paths:
+    for line in pathlib.Path(path).read_text().splitlines():
+      r = json.loads(line)
+      key = (r['config'], r['pod'], r['variant'], r['layers'], tuple(r['mesh']))
+      rows[(*key, r['micro'], r['phase'])] = r
+  table = [table_row(r) for _, r in sorted(rows.items())]
+  lines = ',\n'.join(json.dumps(r, separators=(',', ':')) for r in table)
+  pathlib.Path(out).write_text(f'[\n{lines}\n]\n')
+  print(f'{len(table)} rows -> {out}')
 
 
 def main(argv=None) -> None:
@@ -109,7 +160,16 @@ def main(argv=None) -> None:
   p.add_argument('--phases', default=','.join(PHASES))
   p.add_argument('--layers', type=int, default=2, help='0: full depth')
   p.add_argument('--out', default='')
+  p.add_argument(
+    '--table',
+    default='',
+    help='write the saved JSONL files (positional) as the test table at this path',
+  )
+  p.add_argument('jsonl', nargs='*')
   args = p.parse_args(argv)
+  if args.table:
+    write_table(args.jsonl, args.table)
+    return
   for config in args.configs.split(','):
     for pod in args.pods.split(','):
       for variant in args.variants.split(','):

@@ -50,6 +50,37 @@ v4-32's 16: sampling 0.99); bf16 ones compile larger on CPU (1.5B:
 sampling 0.40, update 0.72), whose XLA has no native bf16 math and keeps
 fp32 copies of bf16 buffers; TPU computes in bf16 (the plan's assumption).
 
+On TPU (backend='tpu'; fitted to the TPU compiler's figures, FIT_TPU, and
+checked against them without a chip: `plan --check --target tpu`,
+`benchmarks/tpu_calibration.py`, tests/test_plan_tpu.py). Where libtpu's
+buffer assignment differs from XLA:CPU's, the TPU plan follows it:
+  round:      the slot gather's all-gathers (the B prompts' fp32 first-token
+              logits [B, v], and each layer's prompt K and V [B, G, P, K],
+              one layer's pair at a time) run before the empty response
+              caches exist, so a round peaks either before its loop (the
+              gathers and the prefixes) or in it: L layers' [S/m, G, P, K]
+              prefixes and [S, G, N, K] response caches plus the token
+              choice's fp32 [S, V] arrays (about nine with the top-p
+              filter's vocab sort compiled: scaled logits, weights, the
+              sorted values and their indices, the cumulative sum; the sort
+              gathers a tensor-split vocab, so part of them is whole-vocab);
+  old_logp:   the fsdp all-gathers move each weight after its cast to the
+              compute dtype (bf16), one layer's at a time; the pass peaks at
+              the token lookup's gathered input embedding [v, D] (with one
+              chunk of logits) or at a layer's weights and forward, the
+              larger;
+  update:     as on CPU, but with untied embeddings the gathered weights
+              are in the compute dtype (7B); tied ones stay fp32 (1.5B).
+Measured plan / TPU-compiled at --layers 2 (balance presets at the layouts
+the rule picks; tests/data/tpu_compiled.json): 0.83-1.18 over every phase
+of 1.5B, Llama 3B and 7B on v4-32, v5p-64 and v6e-64 and of Qwen3 4B on
+v5p-64 and v6e-64; at full depth on v5p-64 0.98-1.01 (1.5B) and 0.96-1.12
+(7B). Not followed: Qwen3 4B's rounds on v4-32's (1, 2, 8) (0.61-0.74:
+5 GiB more than Llama 3B's on the same layout, not yet explained).
+Programs compiled with memory to spare keep extra copies at small depths
+(1.5B on v5p-64: 0.84 at 2 layers, 1.03 at 4); the plan counts the copies a
+program needs.
+
 Dimension legend:
   B: prompts per step     P: prompt bucket      N: max new tokens
   T: P + N                S: sampling slots     M: max rounds
@@ -286,6 +317,30 @@ FIT: dict[str, float] = {
   'logp_flash_layer': 3.8,
 }
 
+# The TPU compiler's (libtpu) buffer assignment differs from XLA:CPU's where
+# the plan's target is 'tpu' (module doc, "On TPU"): bytes per element,
+# fitted to the TPU-compiled paper programs at 1, 2 and 4 layers on v4-32,
+# v5p-64 and v6e-64 (benchmarks/tpu_calibration.py; the saved figures are
+# tests/data/tpu_compiled.json).
+FIT_TPU: dict[str, float] = {
+  # The token choice's temporaries of a round: fp32 [S, V] arrays of one
+  # decode step (scaled logits, weights, the top-p filter's vocab sort, its
+  # indices and cumulative sum), per slot per vocab entry over the whole
+  # vocab (the sort gathers a tensor-split vocab) and over the device's
+  # shard of it.
+  'choose_vocab': 2.0,
+  'choose_shard': 7.0,
+  # Before the decode loop (the response cache not yet alive) two gathers
+  # for the slot gather: the B prompts' first-token logits (fp32 [B, v]) and
+  # one layer's prompt K and V. The larger is alive whole; the scheduler
+  # keeps this share of the smaller beside it (none on 1.5B v6e-64 balance,
+  # all of it on its DAPO preset's B = 1,024: a middle that keeps both
+  # within 0.82-1.19).
+  'gather_overlap': 0.5,
+  # Old-logp: layers of fsdp-gathered compute-dtype weights alive at once.
+  'logp_layers': 1.0,
+}
+
 
 def _split(dim: int, ways: int) -> int:
   """Per-device size of a dim split `ways` ways (replicated if not dividing)."""
@@ -393,9 +448,13 @@ def plan(
     kv_dtype: sampler KV-cache dtype (default: the compute dtype, as
       `sampler.prefill` does).
     backend: where it runs ('tpu', 'cpu', ...): `attention='auto'` resolves
-      to splash on TPU and chunked elsewhere (both blockwise, planned alike).
+      to splash on TPU and chunked elsewhere (both blockwise, planned alike);
+      'tpu' plans the rounds and the old-logp pass as the TPU compiler
+      assigns their buffers (FIT_TPU, the module doc's "On TPU"), any other
+      backend as XLA:CPU does (FIT).
   """
   c, s = config, shapes
+  tpu = backend == 'tpu'
   dp, tensor = mesh[0] * mesh[1], mesh[2]
   p, n = s.prompt_len, s.new_tokens
   t = p + n
@@ -461,7 +520,12 @@ def plan(
         prefix = prefix // 2
       own = attention_lib.round_cache_len(new, backend)
       response = s_dev * own * kv_layer
-      cache = int(c.num_layers * (prefix + max(response, gathered)))
+      if tpu:
+        # TPU: the gathers happen before the empty response caches exist
+        # (one layer's gathered K and V at a time), see `pre` below.
+        cache = int(c.num_layers * (prefix + response))
+      else:
+        cache = int(c.num_layers * (prefix + max(response, gathered)))
       cache += s_dev * own + g_rows * p
     # [S, V] first-token logits, per-token fp32 scores [S, h, 1, T] (dense)
     # or those of the whole prefix [S, h, 1, P] (the larger of them and the
@@ -473,8 +537,27 @@ def plan(
     else:
       tk, _ = attention_lib.decode_block(new)
       scores = s_dev * (h_dev * max(p, tk) * 12 + 2 * g_dev * tk * c.head_dim * 4)
-    other = s_dev * v_dev * 4 * 3 + scores + s_dev * (new * 12 + 4)
-    return cache, other
+    outputs = s_dev * (new * 12 + 4)
+    if not tpu or decode == 'dense':
+      return cache, s_dev * v_dev * 4 * 3 + scores + outputs
+    # TPU: the loop's token choice holds several fp32 [S, V] arrays (the
+    # top-p filter's sort among them); before the loop the B prompts'
+    # first-token logits are all-gathered (fp32 [B, v]) and each layer's
+    # prompt K and V in turn (one layer's [B, G, P, K] pair at a time),
+    # while the response caches are not yet alive: the round peaks at the
+    # larger.
+    choose = (
+      s_dev
+      * 4
+      * (FIT_TPU['choose_vocab'] * c.vocab_size + FIT_TPU['choose_shard'] * v_dev)
+    )
+    loop = choose + scores
+    first = b * v_dev * 4
+    pre = 0
+    if not aligned:
+      pre = max(first, gathered) + FIT_TPU['gather_overlap'] * min(first, gathered)
+    pre -= c.num_layers * response
+    return cache, int(max(loop, pre)) + outputs
 
   rnd_kv, rnd_other = round_program(s.prompts, s.slots, n, group=s.slot_group)
   buffer = s.max_rounds * _rows(s.slots, dp) * n * 12
@@ -495,6 +578,15 @@ def plan(
       c.num_layers * FIT['block_kept'] * a * t * c.hidden_size + kept + transient
     )
     weights = 2 * layers_train + FIT['weights_block'] * layer_g + embed_g
+    if tpu and not c.tie_embeddings:
+      # TPU, untied embeddings: the gathers move compute-dtype weights (7B
+      # on v5p-64: 1.75 at 2 layers, 1.41 at 28 with fp32 ones; 1.12 and
+      # 1.12 so). Tied ones stay fp32 there (1.5B: 0.95-1.03 as planned,
+      # 0.75 with compute-dtype ones): the tied table's gradient sums the
+      # lookup's and the head's.
+      weights = (
+        2 * layers_train + FIT['weights_block'] * layer_g * a // w + embed_g * a // w
+      )
   else:
     act = b_dev * (c.num_layers * kept + transient)
     weights = c.num_layers * layer_g + embed_g
@@ -515,7 +607,20 @@ def plan(
     tk, _ = attention_lib.block_size(t, attention_lib.BLOCK_K)
     fwd += FIT['logp_flash'] * h * tq * tk
   fwd += 8 * min(s.logit_chunk, n) * v_dev + 8 * n
-  if c.remat == 'block':
+  if tpu:
+    # TPU: the fsdp gathers move the weights after their cast to the compute
+    # dtype: one layer's at a time beside its forward, and the input
+    # embedding table (gathered for the token lookup, before the layers
+    # run: the pass peaks at the larger of the two), beside the scan's
+    # stacked copy of the layers' own shards (1.5B and 7B at full depth:
+    # 1.01 and 0.98; without it 0.83 and 0.71).
+    layer_a = _layer_params(c, a, tensor)
+    embed_in = a * _split(c.vocab_size, tensor) * c.hidden_size
+    chunk_logits = b_dev * 4 * min(s.logit_chunk, n) * v_dev
+    logp_tmp = layers_train + int(
+      max(embed_in + chunk_logits, FIT_TPU['logp_layers'] * layer_a + b_dev * fwd)
+    )
+  elif c.remat == 'block':
     logp_weights = layers_train + FIT['weights_block'] * layer_g + embed_g
   else:
     logp_weights = c.num_layers * layer_g + embed_g
@@ -523,7 +628,8 @@ def plan(
       logp_weights += int(
         FIT['logp_flash_layer'] * c.num_layers * b_dev * t * h * c.head_dim
       )
-  logp_tmp = int(b_dev * fwd + logp_weights)
+  if not tpu:
+    logp_tmp = int(b_dev * fwd + logp_weights)
   logp_out = 2 * batch_f32
 
   # --- Evaluation-like rounds: S prompts prefilled per chunk, S slots.
