@@ -40,19 +40,24 @@ def _free_port() -> int:
     return s.getsockname()[1]
 
 
+def process_env(port: int, process_id: int) -> dict[str, str]:
+  """The environment of one of two CPU processes joined over gloo on `port`."""
+  return dict(
+    os.environ,
+    XLA_FLAGS='--xla_force_host_platform_device_count=4',
+    JAX_PLATFORMS='cpu',
+    ADA_COORDINATOR=f'127.0.0.1:{port}',
+    ADA_NUM_PROCESSES='2',
+    ADA_PROCESS_ID=str(process_id),
+  )
+
+
 def _launch(tmp: pathlib.Path, name: str, workdir, data_dir, *extra) -> list[dict]:
   """Runs the two workers to completion; returns their records (by process)."""
   port = _free_port()
   procs, logs = [], []
   for i in range(2):
-    env = dict(
-      os.environ,
-      XLA_FLAGS='--xla_force_host_platform_device_count=4',
-      JAX_PLATFORMS='cpu',
-      ADA_COORDINATOR=f'127.0.0.1:{port}',
-      ADA_NUM_PROCESSES='2',
-      ADA_PROCESS_ID=str(i),
-    )
+    env = process_env(port, i)
     log = open(tmp / f'{name}.{i}.log', 'w')  # noqa: SIM115 (closed below)
     logs.append(log)
     cmd = [

@@ -24,14 +24,7 @@ def _two_processes(workdir, *overrides):
   port = test_multihost._free_port()
   procs = []
   for i in range(2):
-    env = dict(
-      os.environ,
-      XLA_FLAGS='--xla_force_host_platform_device_count=4',
-      JAX_PLATFORMS='cpu',
-      ADA_COORDINATOR=f'127.0.0.1:{port}',
-      ADA_NUM_PROCESSES='2',
-      ADA_PROCESS_ID=str(i),
-    )
+    env = test_multihost.process_env(port, i)
     cmd = [
       sys.executable, '-m', 'ada_jax.main', '--config', 'configs/tiny_arith.py',
       '--workdir', str(workdir), *overrides,

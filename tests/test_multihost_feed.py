@@ -9,36 +9,23 @@ device gets its own rows and every host reads back all of them.
 """
 
 import json
-import os
 import pathlib
-import socket
 import subprocess
 import sys
 
 import numpy as np
 
+from tests import test_multihost
+
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 _TIMEOUT_S = 180
 
 
-def _free_port() -> int:
-  with socket.socket() as s:
-    s.bind(('127.0.0.1', 0))
-    return s.getsockname()[1]
-
-
 def test_two_processes_feed_an_interleaved_mesh(tmp_path):
-  port = _free_port()
+  port = test_multihost._free_port()
   procs = []
   for i in range(2):
-    env = dict(
-      os.environ,
-      XLA_FLAGS='--xla_force_host_platform_device_count=4',
-      JAX_PLATFORMS='cpu',
-      ADA_COORDINATOR=f'127.0.0.1:{port}',
-      ADA_NUM_PROCESSES='2',
-      ADA_PROCESS_ID=str(i),
-    )
+    env = test_multihost.process_env(port, i)
     cmd = [sys.executable, str(ROOT / 'tests' / 'multihost_feed_worker.py')]
     procs.append(
       subprocess.Popen(
