@@ -175,7 +175,8 @@ def step_shapes(c: Any, cfg: Any = None, eval_new_tokens: int = 4096) -> Any:
   from ada_jax.rl import update
 
   rl = c.rl
-  rows = controller(c).max_rows(rl.prompts_per_step)
+  settings = controller(c)
+  rows = settings.max_rows(rl.prompts_per_step)
   bucket = c.data.prompt_bucket
   if cfg is not None:
     eval_new_tokens = min(eval_new_tokens, cfg.max_position_embeddings - bucket)
@@ -192,7 +193,7 @@ def step_shapes(c: Any, cfg: Any = None, eval_new_tokens: int = 4096) -> Any:
     logit_chunk=update.LOGIT_CHUNK,
     histogram_k=rl.histogram_k,
     greedy_eval=bool(c.data.eval_split),
-    slot_group=controller(c).slot_group,
+    slot_group=settings.slot_group,
   )
 
 
@@ -237,7 +238,7 @@ def resolve_layout(
   """
   if c.mesh.tensor != 0 and c.rl.micro_batch_rows != 0:
     return None
-  from ada_jax.infra import tpu_pods
+  from ada_jax.infra import platforms, tpu_pods
   from ada_jax.planner import layout as layout_lib
 
   if devices is None:
@@ -252,8 +253,6 @@ def resolve_layout(
   cfg = cfg if cfg is not None else model_config(c)
   if not platform:
     platform = 'tpu' if c.get('pod', '') else ''
-  from ada_jax.infra import platforms
-
   chosen = layout_lib.choose(
     cfg,
     step_shapes(c, cfg),
