@@ -9,6 +9,7 @@ import json
 import math
 import types
 
+import jax
 import jax.numpy as jnp
 import pytest
 
@@ -100,3 +101,21 @@ def test_a_row_cut_at_the_checkpoint_step_is_reported_on_resume(tmp_path):
   writer.close()
   whole = metrics_lib.MetricsWriter(tmp_path / 'x', tensorboard=False, keep={'rl': 0})
   assert whole.lost_rows == []
+
+
+def test_readers_refuse_a_failed_runs_finite_checkpoint(tmp_path):
+  # rl.lr=1e30: the first update leaves finite weights near 1e30, every later
+  # one is skipped as non-finite, and the run stops as dead. Its checkpoint
+  # passes the finiteness check; the summary's `failed` mark refuses it.
+  params = {'w': jnp.full((4,), 9e29)}
+  with checkpoint_lib.Checkpointer(tmp_path) as ckpt:
+    ckpt.save(1, params=params, opt_state={'mu': jnp.zeros((4,))}, force=True)
+  one = jax.sharding.SingleDeviceSharding(jax.devices()[0])
+  abstract = {'w': jax.ShapeDtypeStruct((4,), jnp.float32, sharding=one)}
+  step, _, _ = checkpoint_lib.restore_params(tmp_path, abstract)
+  assert step == 1  # readable while the run is not marked failed
+  failed = {'step': 3, 'cause': 'every update was non-finite for 3 steps in a row'}
+  (tmp_path / 'summary.json').write_text(json.dumps({'failed': failed}))
+  with pytest.raises(checkpoint_lib.FailedRunError) as e:
+    checkpoint_lib.restore_params(tmp_path, abstract)
+  assert '\n' not in str(e.value) and 'failed at step 3' in str(e.value)

@@ -55,7 +55,7 @@ import orbax.checkpoint as ocp
 from etils import epath
 
 from ada_jax.infra import checkpoint_format as fmt
-from ada_jax.infra import checksum, multihost
+from ada_jax.infra import checksum, multihost, run_dir
 
 PyTree = Any
 _COMMIT_MARKER = 'commit_success.txt'  # orbax's marker, in every finished step dir.
@@ -72,6 +72,10 @@ class CheckpointMismatchError(ValueError):
 
 class CheckpointSaveError(RuntimeError):
   """A checkpoint that could not be written; the run must stop (one line)."""
+
+
+class FailedRunError(ValueError):
+  """The run that wrote the checkpoint died (summary.json `failed`); one line."""
 
 
 class NonFiniteParamsError(ValueError):
@@ -168,7 +172,17 @@ def restore_params(
   Raises:
     FileNotFoundError: `workdir` has no usable checkpoint.
     NonFiniteParamsError: its params hold NaN or inf (a diverged run).
+    FailedRunError: the run stopped as dead (its summary.json records
+      `failed`, e.g. every update non-finite): its last params may be finite
+      yet meaningless (rl.lr=1e30 leaves weights near 1e30).
   """
+  failed = run_dir.failure(workdir)
+  if failed is not None:
+    raise FailedRunError(
+      f'{os.fspath(workdir)}: the run failed at step {failed.get("step")} '
+      f'({failed.get("cause", "see summary.json")}); its checkpoints are not '
+      'evaluated, exported or trained from'
+    )
   ckpt = Checkpointer(workdir, read_only=True)
   try:
     got = ckpt.restore_latest(abstract_params)

@@ -151,6 +151,21 @@ def read_config(workdir: str | os.PathLike[str]) -> dict[str, Any] | None:
   return raw if isinstance(raw, dict) else None
 
 
+def failure(workdir: str | os.PathLike[str]) -> dict[str, Any] | None:
+  """summary.json's `failed` record ({'step', 'cause'}) of a run that died; else None.
+
+  A summary that cannot be read says nothing (the checkpoints are checked on
+  their own).
+  """
+  path = epath.Path(workdir) / SUMMARY_FILE
+  try:
+    raw = json.loads(path.read_text()) if path.exists() else None
+  except ValueError:
+    return None
+  failed = raw.get('failed') if isinstance(raw, dict) else None
+  return failed if isinstance(failed, dict) else None
+
+
 def read_history(workdir: str | os.PathLike[str]) -> list[dict[str, Any]]:
   """The records of `config_history.jsonl`, oldest first (a cut last line dropped)."""
   path = epath.Path(workdir) / CONFIG_HISTORY_FILE
