@@ -74,7 +74,7 @@ from jax.sharding import NamedSharding, PartitionSpec
 from ada_jax import attention as attention_lib
 from ada_jax import model as model_lib
 from ada_jax import sharding as sharding_lib
-from ada_jax.infra import hlo
+from ada_jax.infra import hlo, platforms
 
 Array = jax.Array
 MAX_EOS_IDS = 8
@@ -143,6 +143,31 @@ def _logits_sharding(mesh, rows: int, vocab: int):
     return None
   vocab_axis = _tensor_if_divides(mesh, vocab)
   return NamedSharding(mesh, PartitionSpec(sharding_lib.BATCH_AXES, vocab_axis))
+
+
+def _filter_sharding(mesh, rows: int):
+  """The top-p / top-k filter's [rows, V] layout: rows over every mesh axis.
+
+  The filter sorts each row's whole vocab. Left split over tensor, the
+  partitioner gathers the vocab for the sort, and how many whole-vocab fp32
+  copies it keeps depends on the vocab size (libtpu, tensor 8: 0.3 per slot
+  for Llama's 128,256 entries, 4.4 for Qwen3's 151,936). Moving the rows
+  over the tensor axis instead (an all-to-all of the same bytes) gives every
+  device S / (dp x tensor) whole rows: the sort's temporaries are those of
+  an unsharded sort on 1 / tensor of the slots, whatever the vocab.
+  None (propagation decides) without a tensor axis or rows that do not divide.
+  Used where the platform table says so (`platforms.Platform.filter_rows_spread`).
+  """
+  if mesh is None or mesh.shape['tensor'] == 1:
+    return None
+  if rows % (sharding_lib.data_parallel_size(mesh) * mesh.shape['tensor']):
+    return None
+  return NamedSharding(mesh, PartitionSpec((*sharding_lib.BATCH_AXES, 'tensor'), None))
+
+
+def _vector(layout: NamedSharding) -> NamedSharding:
+  """The layout of a [rows] vector beside a [rows, ...] array laid out so."""
+  return NamedSharding(layout.mesh, PartitionSpec(layout.spec[0]))
 
 
 def _constrain(x, sh):
@@ -223,9 +248,17 @@ def needs_filter(top_p: float, top_k: int) -> bool:
   return float(top_p) < 1.0 or int(top_k) > 0
 
 
-def _filter_floor(scaled: Array, top_p: Array, top_k: Array) -> Array:
-  """Each row's smallest kept scaled logit [S] under its top-k / nucleus set."""
+def _filter_floor(
+  scaled: Array, top_p: Array, top_k: Array, layout: Any = None
+) -> Array:
+  """Each row's smallest kept scaled logit [S] under its top-k / nucleus set.
+
+  layout: `_filter_sharding`, the rows' layout for the sort (None: as given).
+  """
   v = scaled.shape[-1]
+  scaled = _constrain(scaled, layout)
+  if layout is not None:
+    top_p, top_k = _constrain((top_p, top_k), _vector(layout))
   sorted_desc = -jnp.sort(-scaled, axis=-1)
   rank = jnp.arange(v, dtype=jnp.int32)[None, :]
   k = jnp.where(top_k > 0, jnp.minimum(top_k, v), v)[:, None]
@@ -252,6 +285,7 @@ def _choose(
   top_p: Array,
   top_k: Array,
   filter_logits: bool = True,
+  filter_layout: Any = None,
 ) -> tuple[Array, Array]:
   """Next token [S] and its fp32 logprob under softmax(logits / T) (full vocab).
 
@@ -275,6 +309,8 @@ def _choose(
 
   filter_logits (static): False compiles no top-p / top-k filter (the knobs
   must then be off); True filters under a `lax.cond` on the traced knobs.
+  filter_layout: the filter's row layout (`_filter_sharding`; None: as the
+  logits are laid out).
   """
   s, v = logits.shape
   nb = math.gcd(v, VOCAB_BLOCKS)
@@ -287,7 +323,7 @@ def _choose(
   if filter_logits:
     floor = jax.lax.cond(
       jnp.any((top_p < 1.0) | (top_k > 0)),
-      lambda: _filter_floor(scaled, top_p, top_k),
+      lambda: _filter_floor(scaled, top_p, top_k, filter_layout),
       lambda: jnp.full((s,), -jnp.inf, scaled.dtype),
     )
     weight = jnp.where(scaled >= floor[:, None], weight, 0.0)
@@ -311,6 +347,7 @@ def next_token(
   top_p: Array,
   top_k: Array,
   filter_logits: bool = True,
+  filter_layout: Any = None,
 ) -> tuple[Array, Array]:
   """Column `step`'s tokens [S] and logprobs from its logits [S, V].
 
@@ -321,7 +358,7 @@ def next_token(
   for benchmarks/sampler.py, which times it on its own).
   """
   u = jax.random.uniform(jax.random.fold_in(rng, step), (logits.shape[0], 2))
-  return _choose(logits, u, temperature, top_p, top_k, filter_logits)
+  return _choose(logits, u, temperature, top_p, top_k, filter_logits, filter_layout)
 
 
 def decode_step(
@@ -337,6 +374,7 @@ def decode_step(
   top_k: Array,
   filter_logits: bool = True,
   rope: model_lib.RopeTables | None = None,
+  filter_layout: Any = None,
 ) -> tuple[Array, Array, model_lib.KVCache]:
   """Decode step i >= 1: the model on the previous tokens, then column i's tokens.
 
@@ -358,6 +396,7 @@ def decode_step(
     top_p: fp32 [S].
     top_k: int [S].
     filter_logits: static, see `_choose`.
+    filter_layout: see `_choose`.
     rope: `step_rope(model, start_pos, i)`, made before the step (the loop
       makes it in the step before); default: made in the step.
 
@@ -375,7 +414,9 @@ def decode_step(
     jnp.ones((s, 1), jnp.int32),
     rope=rope,
   )
-  tok, lp = next_token(logits[:, 0], rng, i, temperature, top_p, top_k, filter_logits)
+  tok, lp = next_token(
+    logits[:, 0], rng, i, temperature, top_p, top_k, filter_logits, filter_layout
+  )
   return tok, lp, cache
 
 
@@ -541,7 +582,11 @@ def _round_jit(
     rows(pc.last_logits),
     _logits_sharding(mesh, s, model.config.vocab_size),
   )
-  tok0, lp0 = next_token(first, rng, 0, temperature, top_p, top_k, filter_logits)
+  spread = platforms.get(model.config.platform).filter_rows_spread
+  layout = _filter_sharding(mesh, s) if filter_logits and spread else None
+  tok0, lp0 = next_token(
+    first, rng, 0, temperature, top_p, top_k, filter_logits, layout
+  )
   tokens = _constrain(jnp.zeros((s, n), jnp.int32).at[:, 0].set(tok0), sh2)
   logps = _constrain(jnp.zeros((s, n), jnp.float32).at[:, 0].set(lp0), sh2)
   # alive[s]: the slot has not emitted EOS before the current column.
@@ -576,6 +621,7 @@ def _round_jit(
       top_k,
       filter_logits,
       rope,
+      layout,
     )
     alive = ~done
     tok = jnp.where(alive, tok, 0)

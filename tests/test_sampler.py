@@ -544,6 +544,44 @@ def test_sharded_round_equals_unsharded_for_any_slot_assignment(hf_models, tempe
   )
 
 
+@pytest.mark.parametrize('platform', ['cpu', 'tpu'])
+def test_sharded_filtered_round_equals_unsharded(hf_models, platform):
+  # For a TPU target the top-p / top-k filter sorts with the slots moved over
+  # the tensor axis too (sampler._filter_sharding): same tokens as the
+  # unsharded round, as with the CPU's layout.
+  path = hf_models['qwen2_tied'][0]
+  tokens, mask = hf_fixtures.left_padded_batch(
+    np.random.RandomState(11), [9, 2, 7, 4, 1, 8, 3, 6], 9
+  )
+  slot_prompt = np.random.RandomState(12).randint(0, len(tokens), 24).astype(np.int32)
+  kw = dict(
+    max_new_tokens=N,
+    rng=jax.random.key(13),
+    temperature=1.3,
+    top_p=np.linspace(0.2, 1.0, 24).astype(np.float32),
+    top_k=(np.arange(24) % 4).astype(np.int32),
+    eos_ids=[3],
+  )
+  plain = hf.load_model(path)
+  ref = sampler.sample_round(
+    plain, sampler.prefill(plain, tokens, mask), slot_prompt, **kw
+  )
+  mesh = sharding.make_mesh((2, 2, 2))
+  assert sampler._filter_sharding(mesh, 24).spec[0] == (*sharding.BATCH_AXES, 'tensor')
+  model = model_lib.with_config(
+    hf.load_model(path, mesh=mesh, rules=sharding.SAMPLE_RULES), platform=platform
+  )
+  rows = sharding.batch_sharding(mesh)
+  cache = sampler.prefill(
+    model, jax.device_put(tokens, rows), jax.device_put(mask, rows)
+  )
+  got = sampler.sample_round(model, cache, slot_prompt, **kw)
+  np.testing.assert_array_equal(np.asarray(got.tokens), np.asarray(ref.tokens))
+  np.testing.assert_allclose(
+    np.asarray(got.logprobs), np.asarray(ref.logprobs), atol=1e-4
+  )
+
+
 @pytest.mark.parametrize('temperature', [0.0, 1.0])
 def test_grouped_round_equals_per_slot_round_sharded_and_not(hf_models, temperature):
   # The controller's paper layout: prompts in runs of 4 slots, idle tail. The

@@ -195,6 +195,31 @@ def test_reduced_model_compiles_for_each_generation(pod_name):
     assert plan._memory(compiled).total > 0
 
 
+def test_top_p_filter_sorts_whole_rows_on_a_tensor_split_vocab():
+  """The filter costs a round a few [S/dp, V/tensor] copies, whatever the vocab.
+
+  Qwen3's 151,936-entry vocab split over tensor 8 (v4-32 at (1, 2, 8)): with
+  the sort left on the vocab-split logits, the filter added about 39 such
+  fp32 copies to a round (libtpu gathered the whole vocab for the sort); with
+  the slots moved over the tensor axis for the sort
+  (sampler._filter_sharding), about 9.
+  """
+  cfg = dataclasses.replace(
+    _REDUCED, vocab_size=151936, num_heads=8, num_kv_heads=8, hidden_size=512
+  )
+  mesh = sharding.make_mesh((1, 2, 8), tpu_pods.devices(tpu_pods.pod('v4-32')))
+  slots, new = 512, 16
+  temp = {}
+  for filt in (False, True):
+    compiled = plan.compile_round(
+      cfg, mesh, prompts=8, prompt_len=128, slots=slots, new_tokens=new,
+      filter_logits=filt,
+    )  # fmt: skip
+    temp[filt] = plan._memory(compiled).total
+  share = (slots // 2) * (cfg.vocab_size // 8) * 4  # one fp32 [S/dp, V/tensor]
+  assert (temp[True] - temp[False]) / share < 12
+
+
 def test_paper_config_targets_splash_and_the_stacked_cache():
   """`--target tpu` at a paper config's lengths, 1 layer, a smaller batch.
 

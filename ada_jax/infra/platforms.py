@@ -8,15 +8,15 @@ The target travels with the model as `ModelConfig.platform` (static, so a
 program traced for one target is never reused for another); '' means the
 running backend, which is the default everywhere.
 
-| platform | 'auto' attention at T >= CHUNKED_MIN_T, S == T | round cache of a long response | splash kernel |
-|---|---|---|---|
-| tpu | splash (Pallas/Mosaic kernel) | stacked [S, G, N, K], read by the decode loop's fused slices | compiled |
-| gpu | chunked (plain JAX) | stacked [S, G, N, K] | interpret (tests only) |
-| cpu | chunked (plain JAX) | blocks of tk keys, one buffer each (XLA:CPU copies a loop's slice) | interpret (tests only) |
+| platform | 'auto' attention at T >= CHUNKED_MIN_T, S == T | round cache of a long response | splash kernel | top-p sort |
+|---|---|---|---|---|
+| tpu | splash (Pallas/Mosaic kernel) | stacked [S, G, N, K], read by the decode loop's fused slices | compiled | whole rows, slots over tensor too |
+| gpu | chunked (plain JAX) | stacked [S, G, N, K] | interpret (tests only) | whole rows, slots over tensor too |
+| cpu | chunked (plain JAX) | blocks of tk keys, one buffer each (XLA:CPU copies a loop's slice) | interpret (tests only) | as the logits are laid out |
 
 The reasons for each row live beside the code that uses it
 (`attention.resolve`, `attention.round_cache_blocked`,
-`attention.splash_attention`). Chip peaks and HBM per TPU generation are the
+`attention.splash_attention`, `sampler._filter_sharding`). Chip peaks and HBM per TPU generation are the
 planner's (`planner/chips.py`).
 """
 
@@ -44,17 +44,35 @@ class Platform:
   round_cache_blocked: bool
   # The splash kernel runs compiled (Mosaic); elsewhere in interpret mode.
   splash_compiled: bool
+  # The top-p / top-k filter sorts whole vocab rows with the slots moved
+  # over the tensor axis too (`sampler._filter_sharding`): the partitioner
+  # gathers a tensor-split vocab for a sort, keeping a vocab-size-dependent
+  # number of whole-vocab copies (libtpu: up to 4.4 per slot). XLA:CPU's
+  # all-to-all costs more copies than its gather saves at test sizes.
+  filter_rows_spread: bool
 
 
 TABLE: dict[str, Platform] = {
   'tpu': Platform(
-    'tpu', long_attention='splash', round_cache_blocked=False, splash_compiled=True
+    'tpu',
+    long_attention='splash',
+    round_cache_blocked=False,
+    splash_compiled=True,
+    filter_rows_spread=True,
   ),
   'gpu': Platform(
-    'gpu', long_attention='chunked', round_cache_blocked=False, splash_compiled=False
+    'gpu',
+    long_attention='chunked',
+    round_cache_blocked=False,
+    splash_compiled=False,
+    filter_rows_spread=True,
   ),
   'cpu': Platform(
-    'cpu', long_attention='chunked', round_cache_blocked=True, splash_compiled=False
+    'cpu',
+    long_attention='chunked',
+    round_cache_blocked=True,
+    splash_compiled=False,
+    filter_rows_spread=False,
   ),
 }
 
