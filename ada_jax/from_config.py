@@ -171,6 +171,7 @@ def step_shapes(c: Any, cfg: Any = None, eval_new_tokens: int = 4096) -> Any:
   eval_new_tokens: what `python -m ada_jax.evaluate` generates, capped by
   the model's positions minus the prompt bucket.
   """
+  from ada_jax import sampler
   from ada_jax.planner import memory as memory_plan
   from ada_jax.rl import update
 
@@ -194,6 +195,7 @@ def step_shapes(c: Any, cfg: Any = None, eval_new_tokens: int = 4096) -> Any:
     histogram_k=rl.histogram_k,
     greedy_eval=bool(c.data.eval_split),
     slot_group=settings.slot_group,
+    filter_logits=sampler.needs_filter(c.sampling.top_p, c.sampling.top_k),
   )
 
 

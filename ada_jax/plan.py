@@ -778,8 +778,13 @@ def compile_round(
   cast: bool = True,
   aligned: bool = False,
   group: int = 1,
+  filter_logits: bool = True,
 ) -> Any:
-  """One sampling round (`sampler.lower_round`, what `sample_round` runs), compiled."""
+  """One sampling round (`sampler.lower_round`, what `sample_round` runs), compiled.
+
+  filter_logits: compile the top-p / top-k filter (`StepShapes.filter_logits`,
+  as the run decides it from its sampling knobs).
+  """
   from ada_jax import sampler
 
   model = sampling_model(config, mesh, cast=cast)
@@ -791,6 +796,7 @@ def compile_round(
     max_new_tokens=new_tokens,
     aligned=aligned,
     group=group,
+    filter_logits=filter_logits,
   )
   return lowered.compile()
 
@@ -846,6 +852,7 @@ def compiled_programs(
         slots=s.slots,
         new_tokens=s.new_tokens,
         group=s.slot_group,
+        filter_logits=s.filter_logits,
       )
     elif phase in ('pass_rates', 'evaluation', 'selection'):
       new = s.eval_new_tokens or s.new_tokens if phase == 'evaluation' else s.new_tokens
@@ -867,6 +874,7 @@ def compiled_programs(
             new_tokens=new,
             cast=phase == 'pass_rates',
             aligned=per == s.slots,
+            filter_logits=s.filter_logits,
           )
         )
       out[phase] = max(runs, key=lambda r: _memory(r).total)

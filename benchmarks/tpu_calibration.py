@@ -51,8 +51,14 @@ PAPER = (
 PHASES = ('sampling', 'old_logp', 'update', 'pass_rates', 'evaluation', 'selection')
 
 
-def calibrate(config: str, pod: str, variant: str, layers: int, phases, out=None):
-  """Plan vs TPU-compiled per phase for one config on one pod; prints lines."""
+def calibrate(
+  config: str, pod: str, variant: str, layers: int, phases, out=None, filt=''
+):
+  """Plan vs TPU-compiled per phase for one config on one pod; prints lines.
+
+  filt: 'on' / 'off' compiles the rounds with / without the top-p filter
+  ('': as the config's sampling knobs decide, off for the paper configs).
+  """
   spec = f'configs/{config}.py:tpu={pod},variant={variant}'
   c = from_config.load(spec)
   cfg = dataclasses.replace(plan.model_config(c, config), platform='tpu')
@@ -63,6 +69,8 @@ def calibrate(config: str, pod: str, variant: str, layers: int, phases, out=None
   if layers:
     cfg = dataclasses.replace(cfg, num_layers=layers)
   shapes = from_config.step_shapes(c, cfg)
+  if filt:
+    shapes = dataclasses.replace(shapes, filter_logits=filt == 'on')
   mesh_shape = memory_plan.resolve_mesh(dict(c.mesh), p.chips)
   pl = memory_plan.plan(cfg, shapes, mesh_shape, backend='tpu')
   mesh = sharding.make_mesh(mesh_shape, tpu_pods.devices(p))
@@ -129,9 +137,14 @@ def table_row(row: dict) -> dict:
       plan.model_config(c, row['config']), platform='tpu', num_layers=row['layers']
     )
     shapes = dataclasses.replace(
-      from_config.step_shapes(c, cfg), micro_batch_rows=row['micro']
+      from_config.step_shapes(c, cfg),
+      micro_batch_rows=row['micro'],
+      filter_logits=True,
     )
     row = dict(row, shapes=dataclasses.asdict(shapes), model=_model_fields(cfg))
+  # Rows saved before the filter was one of the shapes compiled their rounds
+  # with it (`sampler.lower_round`'s default then).
+  row = dict(row, shapes={'filter_logits': True, **row['shapes']})
   keep = ('config', 'pod', 'variant', 'layers', 'mesh', 'phase', 'compile_s')
   keep += ('arguments', 'outputs', 'aliased', 'temp', 'compiled', 'shapes', 'model')
   return {k: row[k] for k in keep}
@@ -144,8 +157,10 @@ def write_table(paths: list[str], out: str) -> None:
     for line in pathlib.Path(path).read_text().splitlines():
       r = json.loads(line)
       key = (r['config'], r['pod'], r['variant'], r['layers'], tuple(r['mesh']))
-      rows[(*key, r['micro'], r['phase'])] = r
-  table = [table_row(r) for _, r in sorted(rows.items())]
+      r = table_row(r)
+      filt = r['shapes']['filter_logits']
+      rows[(*key, r['shapes']['micro_batch_rows'], filt, r['phase'])] = r
+  table = [r for _, r in sorted(rows.items())]
   lines = ',\n'.join(json.dumps(r, separators=(',', ':')) for r in table)
   pathlib.Path(out).write_text(f'[\n{lines}\n]\n')
   print(f'{len(table)} rows -> {out}')
@@ -161,6 +176,9 @@ def main(argv=None) -> None:
   p.add_argument('--layers', type=int, default=2, help='0: full depth')
   p.add_argument('--out', default='')
   p.add_argument(
+    '--filter', default='', choices=['', 'on', 'off'], help='top-p filter in rounds'
+  )
+  p.add_argument(
     '--table',
     default='',
     help='write the saved JSONL files (positional) as the test table at this path',
@@ -173,7 +191,15 @@ def main(argv=None) -> None:
   for config in args.configs.split(','):
     for pod in args.pods.split(','):
       for variant in args.variants.split(','):
-        calibrate(config, pod, variant, args.layers, args.phases.split(','), args.out)
+        calibrate(
+          config,
+          pod,
+          variant,
+          args.layers,
+          args.phases.split(','),
+          args.out,
+          args.filter,
+        )
 
 
 if __name__ == '__main__':

@@ -60,23 +60,24 @@ buffer assignment differs from XLA:CPU's, the TPU plan follows it:
               caches exist, so a round peaks either before its loop (the
               gathers and the prefixes) or in it: L layers' [S/m, G, P, K]
               prefixes and [S, G, N, K] response caches plus the token
-              choice's fp32 [S, V] arrays (about nine with the top-p
-              filter's vocab sort compiled: scaled logits, weights, the
-              sorted values and their indices, the cumulative sum; the sort
-              gathers a tensor-split vocab, so part of them is whole-vocab);
+              choice's fp32 [S, v] arrays (three; seven more with the top-p
+              / top-k filter compiled, whose sort runs on whole rows with
+              the slots moved over the tensor axis: `sampler._filter_sharding`);
   old_logp:   the fsdp all-gathers move each weight after its cast to the
               compute dtype (bf16), one layer's at a time; the pass peaks at
               the token lookup's gathered input embedding [v, D] (with one
               chunk of logits) or at a layer's weights and forward, the
-              larger;
+              larger. With the vocab split over tensor and a micro-batch of
+              fewer tokens than the table shard's rows, the partitioner
+              leaves the weights in place and moves the activations;
   update:     as on CPU, but with untied embeddings the gathered weights
               are in the compute dtype (7B); tied ones stay fp32 (1.5B).
-Measured plan / TPU-compiled at --layers 2 (balance presets at the layouts
-the rule picks; tests/data/tpu_compiled.json): 0.83-1.18 over every phase
-of 1.5B, Llama 3B and 7B on v4-32, v5p-64 and v6e-64 and of Qwen3 4B on
-v5p-64 and v6e-64; at full depth on v5p-64 0.98-1.01 (1.5B) and 0.96-1.12
-(7B). Not followed: Qwen3 4B's rounds on v4-32's (1, 2, 8) (0.61-0.74:
-5 GiB more than Llama 3B's on the same layout, not yet explained).
+Measured plan / TPU-compiled (tests/data/tpu_compiled.json, every phase of
+the four paper configs on v4-32, v5p-64 and v6e-64 at the layouts the rule
+picks, the rounds as the configs compile them and with the filter): at 2
+layers the rounds 0.78-1.23 (0.82-1.18 with the filter), the old-logp pass
+and the update 0.88-1.23; at full depth on v5p-64 0.95-1.01 (1.5B) and
+0.96-1.12 (7B).
 Programs compiled with memory to spare keep extra copies at small depths
 (1.5B on v5p-64: 0.84 at 2 layers, 1.03 at 4); the plan counts the copies a
 program needs.
@@ -135,6 +136,9 @@ class StepShapes:
   # m: the RL rounds' slots per prompt group (ControllerSettings.slot_group):
   # the sampler holds and reads each prompt's keys once per m slots.
   slot_group: int = 1
+  # The rounds compile the top-p / top-k filter (`sampler.needs_filter` of
+  # the config's sampling knobs): its sort over the whole vocab.
+  filter_logits: bool = True
 
 
 @dataclasses.dataclass(frozen=True)
@@ -323,20 +327,19 @@ FIT: dict[str, float] = {
 # v5p-64 and v6e-64 (benchmarks/tpu_calibration.py; the saved figures are
 # tests/data/tpu_compiled.json).
 FIT_TPU: dict[str, float] = {
-  # The token choice's temporaries of a round: fp32 [S, V] arrays of one
-  # decode step (scaled logits, weights, the top-p filter's vocab sort, its
-  # indices and cumulative sum), per slot per vocab entry over the whole
-  # vocab (the sort gathers a tensor-split vocab) and over the device's
-  # shard of it.
-  'choose_vocab': 2.0,
-  'choose_shard': 7.0,
+  # The token choice's temporaries of a round, fp32 per slot per entry of
+  # the device's vocab shard: the scaled logits, their weights and the block
+  # sums; the top-p / top-k filter's sort, its indices and cumulative sum on
+  # top where the config turns it on.
+  'choose_plain': 3.0,
+  'choose_filter': 7.0,
   # Before the decode loop (the response cache not yet alive) two gathers
   # for the slot gather: the B prompts' first-token logits (fp32 [B, v]) and
   # one layer's prompt K and V. The larger is alive whole; the scheduler
   # keeps this share of the smaller beside it (none on 1.5B v6e-64 balance,
-  # all of it on its DAPO preset's B = 1,024: a middle that keeps both
-  # within 0.82-1.19).
-  'gather_overlap': 0.5,
+  # all of it on its DAPO preset's B = 1,024: a middle that keeps the
+  # rounds of every saved row within 0.78-1.23).
+  'gather_overlap': 0.4,
   # Old-logp: layers of fsdp-gathered compute-dtype weights alive at once.
   'logp_layers': 1.0,
 }
@@ -546,11 +549,15 @@ def plan(
     # prompt K and V in turn (one layer's [B, G, P, K] pair at a time),
     # while the response caches are not yet alive: the round peaks at the
     # larger.
-    choose = (
-      s_dev
-      * 4
-      * (FIT_TPU['choose_vocab'] * c.vocab_size + FIT_TPU['choose_shard'] * v_dev)
-    )
+    choose = FIT_TPU['choose_plain'] * v_dev
+    if s.filter_logits:
+      # The filter sorts whole rows, the slots moved over the tensor axis
+      # (`sampler._filter_sharding`): per device s_dev / tensor rows of V,
+      # as many entries as the [s_dev, v] logits; the whole vocab per slot
+      # where the slots do not divide over every axis.
+      spread = tensor == 1 or slots % (dp * tensor) == 0
+      choose += FIT_TPU['choose_filter'] * (v_dev if spread else c.vocab_size)
+    choose = s_dev * 4 * choose
     loop = choose + scores
     first = b * v_dev * 4
     pre = 0
@@ -617,9 +624,17 @@ def plan(
     layer_a = _layer_params(c, a, tensor)
     embed_in = a * _split(c.vocab_size, tensor) * c.hidden_size
     chunk_logits = b_dev * 4 * min(s.logit_chunk, n) * v_dev
-    logp_tmp = layers_train + int(
-      max(embed_in + chunk_logits, FIT_TPU['logp_layers'] * layer_a + b_dev * fwd)
-    )
+    if tensor > 1 and s.micro_batch_rows * t < v_dev:
+      # Measured (Llama 3B and Qwen3 4B at (1, 2, 8), 7B at (1, 4, 4)): with
+      # the vocab split over tensor and a micro-batch's [m, T] tokens fewer
+      # than the table shard's rows, libtpu's partitioner leaves the weights
+      # in place (their own shards, cast) and moves the activations instead
+      # of gathering the weights (1.18-1.29 planned as gathered).
+      logp_tmp = train * a // w + b_dev * fwd
+    else:
+      logp_tmp = layers_train + int(
+        max(embed_in + chunk_logits, FIT_TPU['logp_layers'] * layer_a + b_dev * fwd)
+      )
   elif c.remat == 'block':
     logp_weights = layers_train + FIT['weights_block'] * layer_g + embed_g
   else:
