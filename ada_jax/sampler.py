@@ -145,22 +145,32 @@ def _logits_sharding(mesh, rows: int, vocab: int):
   return NamedSharding(mesh, PartitionSpec(sharding_lib.BATCH_AXES, vocab_axis))
 
 
+def filter_rows_divide(rows: int, dp: int, tensor: int) -> bool:
+  """Whether `_filter_sharding` moves `rows` over the tensor axis too.
+
+  Needs a tensor axis and rows dividing over data x fsdp x tensor (the
+  planner's TPU rounds count the filter's sort by the same test).
+  """
+  return tensor > 1 and rows % (dp * tensor) == 0
+
+
 def _filter_sharding(mesh, rows: int):
   """The top-p / top-k filter's [rows, V] layout: rows over every mesh axis.
 
   The filter sorts each row's whole vocab. Left split over tensor, the
   partitioner gathers the vocab for the sort, and how many whole-vocab fp32
-  copies it keeps depends on the vocab size (libtpu, tensor 8: 0.3 per slot
-  for Llama's 128,256 entries, 4.4 for Qwen3's 151,936). Moving the rows
-  over the tensor axis instead (an all-to-all of the same bytes) gives every
-  device S / (dp x tensor) whole rows: the sort's temporaries are those of
-  an unsharded sort on 1 / tensor of the slots, whatever the vocab.
-  None (propagation decides) without a tensor axis or rows that do not divide.
-  Used where the platform table says so (`platforms.Platform.filter_rows_spread`).
+  copies it keeps depends on the vocab size (libtpu at (1, 2, 8), per slot:
+  0.65 for Llama's 128,256 entries, 0.26 for Qwen2.5's 152,064, 4.4 for
+  Qwen3's 151,936). Moving the rows over the tensor axis instead (an
+  all-to-all of the same bytes) gives every device S / (dp x tensor) whole
+  rows: the sort's temporaries are those of an unsharded sort on 1 / tensor
+  of the slots, whatever the vocab. None (propagation decides) where
+  `filter_rows_divide` says no. Used where the platform table says so
+  (`platforms.Platform.filter_rows_spread`).
   """
-  if mesh is None or mesh.shape['tensor'] == 1:
-    return None
-  if rows % (sharding_lib.data_parallel_size(mesh) * mesh.shape['tensor']):
+  if mesh is None or not filter_rows_divide(
+    rows, sharding_lib.data_parallel_size(mesh), mesh.shape['tensor']
+  ):
     return None
   return NamedSharding(mesh, PartitionSpec((*sharding_lib.BATCH_AXES, 'tensor'), None))
 

@@ -209,15 +209,15 @@ def test_top_p_filter_sorts_whole_rows_on_a_tensor_split_vocab():
   )
   mesh = sharding.make_mesh((1, 2, 8), tpu_pods.devices(tpu_pods.pod('v4-32')))
   slots, new = 512, 16
-  temp = {}
+  total = {}
   for filt in (False, True):
     compiled = plan.compile_round(
       cfg, mesh, prompts=8, prompt_len=128, slots=slots, new_tokens=new,
       filter_logits=filt,
     )  # fmt: skip
-    temp[filt] = plan._memory(compiled).total
+    total[filt] = plan._memory(compiled).total
   share = (slots // 2) * (cfg.vocab_size // 8) * 4  # one fp32 [S/dp, V/tensor]
-  assert (temp[True] - temp[False]) / share < 12
+  assert (total[True] - total[False]) / share < 12
 
 
 def test_paper_config_targets_splash_and_the_stacked_cache():

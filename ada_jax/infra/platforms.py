@@ -16,8 +16,8 @@ running backend, which is the default everywhere.
 
 The reasons for each row live beside the code that uses it
 (`attention.resolve`, `attention.round_cache_blocked`,
-`attention.splash_attention`, `sampler._filter_sharding`). Chip peaks and HBM per TPU generation are the
-planner's (`planner/chips.py`).
+`attention.splash_attention`, `sampler._filter_sharding`). Chip peaks and
+HBM per TPU generation are the planner's (`planner/chips.py`).
 """
 
 from __future__ import annotations

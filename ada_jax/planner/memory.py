@@ -555,7 +555,7 @@ def plan(
       # (`sampler._filter_sharding`): per device s_dev / tensor rows of V,
       # as many entries as the [s_dev, v] logits; the whole vocab per slot
       # where the slots do not divide over every axis.
-      spread = tensor == 1 or slots % (dp * tensor) == 0
+      spread = tensor == 1 or sampler.filter_rows_divide(slots, dp, tensor)
       choose += FIT_TPU['choose_filter'] * (v_dev if spread else c.vocab_size)
     choose = s_dev * 4 * choose
     loop = choose + scores
