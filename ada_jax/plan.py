@@ -38,6 +38,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
+import re
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -104,6 +105,7 @@ def _mib(n: float) -> str:
 
 _PHASE_ORDER = (
   'resident',
+  'prefill',
   'sampling',
   'old_logp',
   'update',
@@ -374,8 +376,9 @@ def check_report(
       timings[phase] = seconds
     planned = p.program_bytes(phase)
     ratio = planned / got.total
+    compiled = 'refused by the compiler, needs' if got.refused else 'compiled'
     lines.append(
-      f'phase {phase}: plan {planned / 2**30:.3f} GiB, compiled '
+      f'phase {phase}: plan {planned / 2**30:.3f} GiB, {compiled} '
       f'{got.total / 2**30:.3f} GiB, ratio {ratio:.2f} (compiled in {seconds:.0f} s)'
     )
     if worst is None or abs(ratio - 1) > abs(worst[0] - 1):
@@ -582,11 +585,14 @@ def preset_tables(pods: Sequence[str], variants: Sequence[str], root: str = '.')
 #              `checkpoint.abstract_opt_state`, the [C, m, ...] batch in the
 #              layout `rollout.assemble_batch` gives it (`_batch_sharding`);
 #   old_logp   `update.logp_jit` on the same params and batch;
+#   prefill    `sampler.lower_prefill` (what `prefill` runs) on the sampling
+#              copy and the step's B prompts [B, P], rows over the data axes;
 #   sampling   `sampler.lower_round` (what `sample_round` runs) on the
 #              sampling copy (SAMPLE_RULES, cast to the compute dtype as the
 #              trainer's `Resharder(dtype=...)` makes it) and the prompt cache
 #              in the layout `sampler.prefill` pins;
-#   pass_rates the same round at S prompts and slots (the trainer's `_score`);
+#   pass_rates the same round at S prompts and slots (the trainer's `_score`),
+#              or a chunk's prefill where that is the larger program;
 #   evaluation / selection: that round on the params in their own dtype, at
 #              the evaluation's new tokens (prompt selection: the config's).
 #
@@ -599,7 +605,7 @@ def preset_tables(pods: Sequence[str], variants: Sequence[str], root: str = '.')
 # Dimension legend: B prompts, P prompt bucket, N new tokens, S slots,
 # R training rows, C micro-batches of m rows, V vocab, G KV heads, K head dim.
 
-_CHECK_PHASES = ('sampling', 'old_logp', 'update', 'pass_rates')
+_CHECK_PHASES = ('prefill', 'sampling', 'old_logp', 'update', 'pass_rates')
 
 
 @dataclasses.dataclass(frozen=True)
@@ -610,6 +616,10 @@ class Compiled:
   outputs: int
   aliased: int
   temp: int
+  # The TPU compiler refused the program for the chip's HBM: the figures
+  # are its own (temporaries from the refusal, arguments and outputs from
+  # the shardings), not a buffer assignment.
+  refused: bool = False
 
   @property
   def total(self) -> int:
@@ -617,7 +627,60 @@ class Compiled:
     return self.arguments + self.outputs - self.aliased + self.temp
 
 
+@dataclasses.dataclass(frozen=True)
+class Refused:
+  """A program the compiler refused: it needs more than the chip's HBM.
+
+  libtpu refuses at compile time a program whose temporaries exceed the
+  chip's HBM (`RESOURCE_EXHAUSTED: ... HLO temporaries (50.42G) exceeds
+  available HBM (30.75G)`); `--check` reports it as such, with the figures
+  it gives.
+  """
+
+  message: str
+  memory: Compiled
+
+
+_TEMPORARIES = re.compile(r'HLO temporaries \(([\d.]+)([KMGT]?)\)')
+
+
+def _shard_bytes(tree: Any) -> int:
+  """Per-device bytes of a pytree of ShapeDtypeStructs (their largest shard)."""
+  import math
+
+  import jax
+  import numpy as np
+
+  total = 0
+  for x in jax.tree.leaves(tree):
+    sh = getattr(x, 'sharding', None)
+    shape = sh.shard_shape(x.shape) if sh is not None else x.shape
+    total += math.prod(shape) * np.dtype(x.dtype).itemsize
+  return total
+
+
+def _compile(lowered: Any, inputs: Any, outputs: Any = ()) -> Any:
+  """The executable, or `Refused` where the compiler says it needs more HBM.
+
+  inputs, outputs: the program's abstract arguments and the outputs that
+  are not donated arguments' buffers (per-device bytes from their
+  shardings).
+  """
+  try:
+    return lowered.compile()
+  except Exception as e:  # jax.errors.JaxRuntimeError, by message.
+    text = str(e)
+    found = _TEMPORARIES.search(text)
+    if 'RESOURCE_EXHAUSTED' not in text or not found:
+      raise
+    temp = float(found[1]) * 1024 ** ' KMGT'.index(found[2] or ' ')
+    memory = Compiled(_shard_bytes(inputs), _shard_bytes(outputs), 0, int(temp), True)
+    return Refused(text.splitlines()[0], memory)
+
+
 def _memory(compiled: Any) -> Compiled:
+  if isinstance(compiled, Refused):
+    return compiled.memory
   m = compiled.memory_analysis()
   return Compiled(
     int(m.argument_size_in_bytes),
@@ -690,7 +753,7 @@ def compile_update(
     jax.tree.map(lambda x: x.sharding, state), jax.tree.map(lambda x: x.sharding, opt)
   )
   lowered = fn.lower(graphdef, tx, settings, state, opt, batch, _sds((), jnp.float32))
-  return lowered.compile()
+  return _compile(lowered, (state, opt, batch))
 
 
 def compile_old_logp(
@@ -714,7 +777,7 @@ def compile_old_logp(
     prompt_len=shapes.prompt_len,
     logit_chunk=logit_chunk,
   )
-  return lowered.compile()
+  return _compile(lowered, (state, batch['tokens'], batch['attn_mask']))
 
 
 def sampling_model(config: Any, mesh: Any, *, cast: bool = True) -> Any:
@@ -767,6 +830,21 @@ def prompt_cache(config: Any, mesh: Any, prompts: int, prompt_len: int) -> Any:
   )
 
 
+def compile_prefill(
+  config: Any, mesh: Any, *, prompts: int, prompt_len: int, cast: bool = True
+) -> Any:
+  """The prefill of B prompts (`sampler.lower_prefill`: what `prefill` runs)."""
+  from flax import nnx
+
+  from ada_jax import sampler
+
+  model = sampling_model(config, mesh, cast=cast)
+  lowered = sampler.lower_prefill(model, prompts=prompts, prompt_len=prompt_len)
+  rows = _sds((prompts, prompt_len), 'int32', sampler._rows_sharding(mesh, prompts, 2))
+  out = prompt_cache(config, mesh, prompts, prompt_len)
+  return _compile(lowered, (nnx.state(model), rows, rows), out)
+
+
 def compile_round(
   config: Any,
   mesh: Any,
@@ -785,6 +863,8 @@ def compile_round(
   filter_logits: compile the top-p / top-k filter (`StepShapes.filter_logits`,
   as the run decides it from its sampling knobs).
   """
+  from flax import nnx
+
   from ada_jax import sampler
 
   model = sampling_model(config, mesh, cast=cast)
@@ -798,7 +878,8 @@ def compile_round(
     group=group,
     filter_logits=filter_logits,
   )
-  return lowered.compile()
+  # The per-slot inputs ([S] ids, temperatures, ...) are left out: bytes.
+  return _compile(lowered, (nnx.state(model), cache))
 
 
 def compiled_phases(
@@ -823,7 +904,8 @@ def compiled_programs(
 
   pass_rates, evaluation and selection run one chunk of
   `scoring.sample_and_score` (S // k prompts and their k samples in one
-  round; k = 1: S prompts in an aligned round, no gather);
+  round; k = 1: S prompts in an aligned round, no gather), each after its
+  prefill (the larger of the two programs is the phase's);
   the last two on the params in their own dtype, evaluation at
   `shapes.eval_new_tokens`.
   """
@@ -843,6 +925,10 @@ def compiled_programs(
       out[phase] = compile_update(config, s, mesh, settings)
     elif phase == 'old_logp':
       out[phase] = compile_old_logp(config, s, mesh, s.logit_chunk)
+    elif phase == 'prefill':
+      out[phase] = compile_prefill(
+        config, mesh, prompts=s.prompts, prompt_len=s.prompt_len
+      )
     elif phase == 'sampling':
       out[phase] = compile_round(
         config,
@@ -864,6 +950,16 @@ def compiled_programs(
       runs = []
       for k in ks:
         per = sampler.prompts_per_round(s.slots, k)
+        # Each chunk prefills its prompts, then runs its round.
+        runs.append(
+          compile_prefill(
+            config,
+            mesh,
+            prompts=per,
+            prompt_len=s.prompt_len,
+            cast=phase == 'pass_rates',
+          )
+        )
         runs.append(
           compile_round(
             config,
@@ -908,7 +1004,7 @@ def parser() -> argparse.ArgumentParser:
   )
   p.add_argument(
     '--check-phases',
-    default='sampling,old_logp,update,pass_rates,evaluation,selection',
+    default='prefill,sampling,old_logp,update,pass_rates,evaluation,selection',
     help='comma-separated phases --check compiles',
   )
   p.add_argument(

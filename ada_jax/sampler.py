@@ -849,6 +849,29 @@ def lower_round(
   )
 
 
+def lower_prefill(
+  model: model_lib.Transformer,
+  *,
+  prompts: int,
+  prompt_len: int,
+  kv_dtype: Any = None,
+) -> jax.stages.Lowered:
+  """The program `prefill` runs for B prompts [B, P], lowered.
+
+  The prompts come split over the data axes where B divides, as the trainer
+  feeds them (`multihost.global_rows`), so `.compile()` gives the memory a
+  run's prefill takes (`ada_jax.plan`'s 'prefill' phase).
+  """
+  graphdef, state = nnx.split(model)
+  mesh = _mesh_of(state)
+  rows = jax.ShapeDtypeStruct(
+    (int(prompts), int(prompt_len)),
+    jnp.int32,
+    sharding=_rows_sharding(mesh, prompts, 2),
+  )
+  return _prefill_jit.lower(graphdef, mesh, state, rows, rows, kv_dtype)
+
+
 def sample(
   model: model_lib.Transformer,
   prompt_tokens: Array,

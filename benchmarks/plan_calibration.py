@@ -6,8 +6,8 @@ r"""The memory plan against XLA's compiled memory analysis: the full matrix.
       [--save results.json | --load results.json]
 
 For each mesh and each attention-remat mode it compiles the real programs
-(`ada_jax.plan --check`: the trainer's update, old-logp pass and sampling round,
-abstract inputs in the trainer's layouts) of a 4-layer qwen2-like model at
+(`ada_jax.plan --check`: the trainer's update, old-logp pass, prefill and
+sampling round, abstract inputs in the trainer's layouts) of a 4-layer qwen2-like model at
 T = P + N = 384 and prints, per phase, `plan X MiB, compiled Y MiB, ratio
 R`. On the (2, 2, 2) mesh it also doubles, one at a time, the layers, T, the
 rows per device (R) and the micro-batch (m), and prints the plan's change
@@ -61,7 +61,7 @@ MODEL = model_lib.ModelConfig(
 SHAPES = memory.StepShapes(16, 128, 256, 64, 2, 64, 32, 16)
 MESHES = ((1, 8, 1), (2, 4, 1), (1, 4, 2), (2, 2, 2))
 MODES = ('dense-none', 'chunked-none', 'dense-block', 'chunked-block')
-PHASES = ('update', 'old_logp', 'sampling')
+PHASES = ('update', 'old_logp', 'prefill', 'sampling')
 DOUBLINGS = {
   'layers': lambda c, s: (dataclasses.replace(c, num_layers=2 * c.num_layers), s),
   'T': lambda c, s: (

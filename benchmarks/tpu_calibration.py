@@ -48,7 +48,15 @@ PAPER = (
   'qwen3_4b_instruct',
   'qwen25_math_7b',
 )
-PHASES = ('sampling', 'old_logp', 'update', 'pass_rates', 'evaluation', 'selection')
+PHASES = (
+  'prefill',
+  'sampling',
+  'old_logp',
+  'update',
+  'pass_rates',
+  'evaluation',
+  'selection',
+)
 
 
 def calibrate(
@@ -86,7 +94,8 @@ def calibrate(
     seconds = time.perf_counter() - start
     planned = pl.program_bytes(phase)
     print(
-      f'  {phase:<11} plan {planned / 2**30:8.3f} GiB  compiled '
+      f'  {phase:<11} plan {planned / 2**30:8.3f} GiB  '
+      f'{"refused, needs" if got.refused else "compiled"} '
       f'{got.total / 2**30:8.3f} GiB  ratio {planned / got.total:5.2f}  '
       f'({seconds:.0f} s)',
       flush=True,
@@ -147,7 +156,10 @@ def table_row(row: dict) -> dict:
   row = dict(row, shapes={'filter_logits': True, **row['shapes']})
   keep = ('config', 'pod', 'variant', 'layers', 'mesh', 'phase', 'compile_s')
   keep += ('arguments', 'outputs', 'aliased', 'temp', 'compiled', 'shapes', 'model')
-  return {k: row[k] for k in keep}
+  out = {k: row[k] for k in keep}
+  if row.get('refused'):  # The compiler refused it for the chip's HBM.
+    out['refused'] = True
+  return out
 
 
 def write_table(paths: list[str], out: str) -> None:

@@ -1,8 +1,9 @@
 """The memory plan vs XLA's compiled memory analysis, and the plan command.
 
 The oracle is the compiled program itself: `ada_jax.plan.compiled_phases` compiles the
-trainer's own update (`rl_update_pinned`), old-logp pass (`logp_jit`) and
-sampling round (`sampler.lower_round`) on abstract inputs laid out as a run
+trainer's own update (`rl_update_pinned`), old-logp pass (`logp_jit`),
+prefill (`sampler.lower_prefill`) and sampling round (`sampler.lower_round`)
+on abstract inputs laid out as a run
 lays them out (the [C, m, ...] batch of `rollout.assemble_batch`, the prompt
 cache `sampler.prefill` pins), on 8 fake CPU devices; each program's
 per-device arguments + outputs + temporaries (donated outputs counted once)

@@ -9,10 +9,15 @@ fields (rounds with and without the top-p / top-k filter: the paper
 configs run without it). Nothing is compiled here: the plan
 (`backend='tpu'`) is recomputed for each row and must be within 0.75-1.25
 of the compiled program (arguments + outputs - aliased + temporaries), the
-check `plan --check --target tpu` prints. The XLA:CPU-fitted plan missed these by up to 2.95x
-(old-logp counted fp32 gathered weights; a round's gathered prompts of every
-layer, not one array at a time, and three [S, V] arrays where the top-p
-sort holds about nine).
+check `plan --check --target tpu` prints (for a program the compiler
+refused for the chip's HBM, against the figures of its refusal). The
+prefill is a phase of its own, and the scoring phases hold the larger of a
+chunk's prefill and its round: without them the plan missed the
+evaluation's prefill of S = 4,096 prompts (Llama 3B on v4-32: 52.8 GiB where
+the round holds 12.6; the TPU compiler refuses it). The XLA:CPU-fitted
+plan missed these by up to 2.95x (old-logp counted fp32 gathered weights;
+a round's gathered prompts of every layer, not one array at a time, and
+three [S, V] arrays where the top-p sort holds about nine).
 """
 
 import dataclasses
@@ -70,7 +75,15 @@ def test_table_covers_the_paper_configs_and_pods():
     'qwen25_math_7b',
   }
   pods = {'v4-32', 'v5p-64', 'v6e-64'}
-  phases = {'sampling', 'old_logp', 'update', 'pass_rates', 'evaluation', 'selection'}
+  phases = {
+    'prefill',
+    'sampling',
+    'old_logp',
+    'update',
+    'pass_rates',
+    'evaluation',
+    'selection',
+  }
 
   def runs(r):
     return r['phase'] not in _ROUNDS or not r['shapes']['filter_logits']

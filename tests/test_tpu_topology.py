@@ -166,7 +166,7 @@ _REDUCED = model_lib.ModelConfig(
 
 @pytest.mark.parametrize('pod_name', ['v4-8', 'v5p-8', 'v5litepod-4', 'v6e-8'])
 def test_reduced_model_compiles_for_each_generation(pod_name):
-  """Update, old-logp and a round of a 1-layer model, TPU-compiled per generation.
+  """A 1-layer model's update, old-logp, prefill and round, TPU-compiled per chip.
 
   T = 512 (splash in the training forward) and N = 256 (4 decode blocks: the
   stacked response cache).
@@ -186,13 +186,40 @@ def test_reduced_model_compiles_for_each_generation(pod_name):
   )
   assert attention.resolve('auto', 512, 512, 'tpu') == 'splash'
   programs = plan.compiled_programs(
-    _REDUCED, shapes, mesh, ('old_logp', 'update', 'sampling')
+    _REDUCED, shapes, mesh, ('old_logp', 'update', 'prefill', 'sampling')
   )
   assert _count_mosaic(programs['old_logp']) >= 1
   assert _count_mosaic(programs['update']) >= 2  # Forward and backward kernels.
   assert _count_mosaic(programs['sampling']) == 0  # Decode is plain XLA.
   for compiled in programs.values():
     assert plan._memory(compiled).total > 0
+
+
+def test_a_program_larger_than_the_chip_is_refused_with_its_figures():
+  """The TPU compiler refuses a program whose temporaries exceed HBM: it says so.
+
+  The reduced model's prefill of 32,768 prompts x 1,024 tokens on v5e-4
+  (16 GiB chips): `compiled_phases` returns the refusal's figures (it used
+  to raise), and the plan agrees with them.
+  """
+  pod = tpu_pods.pod('v5litepod-4')
+  mesh = sharding.make_mesh((1, -1, 1), tpu_pods.devices(pod))
+  shapes = memory_plan.StepShapes(
+    prompts=32768,
+    prompt_len=1024,
+    new_tokens=256,
+    slots=32768,
+    max_rounds=1,
+    rows=16,
+    mini_batch_rows=16,
+    micro_batch_rows=4,
+  )
+  got = plan.compiled_phases(_REDUCED, shapes, mesh, ('prefill',))['prefill']
+  hbm = chips.CHIPS[pod.generation].hbm_gib * 2**30
+  assert got.refused and got.temp > hbm, got
+  planned = memory_plan.plan(_REDUCED, shapes, (1, 4, 1), backend='tpu')
+  ratio = planned.program_bytes('prefill') / got.total
+  assert 0.75 <= ratio <= 1.25, ratio
 
 
 def test_top_p_filter_sorts_whole_rows_on_a_tensor_split_vocab():

@@ -12,6 +12,12 @@ What is alive when (ada_jax/rl/trainer.py). The training params (fp32
 master, fsdp x tensor) and the AdamW moments live all run. Phases of a
 training run:
 
+  prefill:    the sampling copy, the B prompts [B, P] (rows over data x
+              fsdp) and `sampler.prefill`'s program: the layers' forward
+              over the device's B / (data x fsdp) x P prompt tokens, one
+              layer at a time (nothing but the K and V it writes into the
+              prompt cache, its output, outlives a layer), so its
+              temporaries do not grow with depth;
   sampling:   the sampling copy (compute dtype, tensor only), the prompt
               cache [B, P], the rollout buffer [M, S, N] and one round
               program (`sampler._round_jit`: the KV cache carried by the
@@ -26,13 +32,16 @@ training run:
               temporaries, the fsdp-gathered weights and one micro-batch's
               activations (m / (data x fsdp) rows per device);
   pass_rates: the trainer's own evaluation and pass-rate histogram
-              (`trainer._score`: S prompts prefilled per chunk, S slots).
+              (`trainer._score`: S // k prompts prefilled per chunk, then
+              their round of S slots; the larger of the two programs).
 
 Commands without the training state (their own verdicts):
   evaluation: `python -m ada_jax.evaluate`: the params restored in the
               sampling layout in their own dtype (fp32), S prompts per
-              chunk, S slots, the evaluation's new tokens (k samples run
-              one after another: k does not change the memory);
+              chunk (their prefill, all S at once, is often the larger
+              program: its temporaries grow with S, not with depth), S
+              slots, the evaluation's new tokens (k samples run one after
+              another: k does not change the memory);
   selection:  `python -m ada_jax.select_prompts`: the same at the config's
               new tokens.
 
@@ -71,7 +80,17 @@ buffer assignment differs from XLA:CPU's, the TPU plan follows it:
               fewer tokens than the table shard's rows, the partitioner
               leaves the weights in place and moves the activations;
   update:     as on CPU, but with untied embeddings the gathered weights
-              are in the compute dtype (7B); tied ones stay fp32 (1.5B).
+              are in the compute dtype (7B); tied ones stay fp32 (1.5B);
+  prefill:    about 5.4 [n, D] activations per prompt token in the compute
+              dtype (the residual stream, norms and the fp32 partial sums
+              of the tensor-split projections) and 0.75 [n, f] ones (the
+              MLP), n = B / (data x fsdp) x P; the same at 2, 4 and 28
+              layers (0.91-1.10 plan / compiled over the paper configs'
+              presets). It matters where the rows per device are many:
+              Llama 3B at (1, 2, 8) on v4-32 holds 8.3 GiB of prefill
+              temporaries at any depth, and an evaluation chunk of S = 4,096
+              prompts eight times that (the chunk sizing is the every-pod
+              issue's).
 Measured plan / TPU-compiled (tests/data/tpu_compiled.json, every phase of
 the four paper configs on v4-32, v5p-64 and v6e-64 at the layouts the rule
 picks, the rounds as the configs compile them and with the filter): at 2
@@ -112,7 +131,8 @@ from ada_jax import sharding as sharding_lib
 GIB = 1024**3
 
 
-STEP_PHASES = ('sampling', 'old_logp', 'update')  # One RL step: the verdict.
+# One RL step: the verdict.
+STEP_PHASES = ('prefill', 'sampling', 'old_logp', 'update')
 TRAINING_PHASES = (*STEP_PHASES, 'pass_rates')  # With the resident state.
 COMMAND_PHASES = ('evaluation', 'selection')
 
@@ -319,6 +339,13 @@ FIT: dict[str, float] = {
   'logp_dense': 8.4,
   'logp_flash': 5.0,
   'logp_flash_layer': 3.8,
+  # Prefill (`sampler.prefill`: the B prompts' forward, one layer at a time,
+  # writing the prompt cache): bytes per element (in units of a) of each
+  # [n, D], [n, f] and [n, (h + 2g) K] activation alive at one layer's peak,
+  # n = B / (data x fsdp) x P prompt tokens per device.
+  'prefill_hidden': 1.0,
+  'prefill_mlp': 3.5,
+  'prefill_qkv': 1.0,
 }
 
 # The TPU compiler's (libtpu) buffer assignment differs from XLA:CPU's where
@@ -342,6 +369,17 @@ FIT_TPU: dict[str, float] = {
   'gather_overlap': 0.4,
   # Old-logp: layers of fsdp-gathered compute-dtype weights alive at once.
   'logp_layers': 1.0,
+  # Prefill, as FIT's prefill terms.
+  'prefill_hidden': 5.4,
+  'prefill_mlp': 0.75,
+  'prefill_qkv': 0.4,
+  # The same from params in their own dtype (fp32; the evaluate and
+  # select_prompts commands): the casts change the fusions, fewer [n, D]
+  # arrays and more [n, f] and q/k/v ones (fitted to their chunks' prefills
+  # at 2 and 28 layers, 0.82-1.16).
+  'prefill_own_hidden': 3.5,
+  'prefill_own_mlp': 1.1,
+  'prefill_own_qkv': 1.2,
 }
 
 
@@ -488,6 +526,24 @@ def plan(
   def prompt_cache(b: int) -> int:
     b_dev = _rows(b, dp)
     return b_dev * (p * (c.num_layers * kv_layer + 1) + v_dev * 4 + 4)
+
+  def prefill_program(b: int, own: bool = False) -> int:
+    """Temporaries of the prefill of b prompts, and the prompts [b, P] in.
+
+    One layer's forward over the device's b / dp prompts at a time (the
+    layers write their K and V into the output cache, nothing else lives
+    on): its activations per prompt token (hidden, MLP and q/k/v widths:
+    `fit`), and the last tokens' fp32 logits [b, v]. own: from the params
+    in their own dtype (the commands' restored params).
+    """
+    fit = FIT_TPU if tpu else FIT
+    pre = 'prefill_own_' if own and tpu and w != a else 'prefill_'
+    h_dev = _split(c.num_heads, tensor)
+    width = fit[pre + 'hidden'] * c.hidden_size
+    width += fit[pre + 'mlp'] * _split(c.intermediate_size, tensor)
+    width += fit[pre + 'qkv'] * (h_dev + 2 * g_dev) * c.head_dim
+    b_dev = _rows(b, dp)
+    return int(b_dev * p * a * width) + b_dev * (v_dev * 4 + 2 * p * 4)
 
   def round_program(
     b: int, slots: int, new: int, aligned: bool = False, group: int = 1
@@ -650,26 +706,53 @@ def plan(
   # --- Evaluation-like rounds: S prompts prefilled per chunk, S slots.
   eval_n = s.eval_new_tokens or n
 
-  def scoring_chunk(k: int, new: int) -> tuple[int, int]:
+  # Params in their own dtype (fp32, the commands'): every use casts them;
+  # XLA hoists a compute-dtype copy out of the decode loop when the dtypes
+  # differ (the round holds it; the prefill casts a layer at a time).
+  hoisted = sample if w != a else 0
+
+  def scoring_chunk(k: int, new: int, own: bool = False) -> tuple[int, int]:
     # (prompt cache, round) of one chunk of scoring.sample_and_score: S // k
     # prompts and their k samples in one round, or (k = 1) S prompts in an
-    # aligned round.
+    # aligned round. own: on the params in their own dtype.
     per = sampler.prompts_per_round(s.slots, k)
     kv, other = round_program(per, s.slots, new, aligned=per == s.slots)
-    return prompt_cache(per), kv + other
+    # The chunk's prefill holds the same params and cache (its output) and
+    # its own temporaries: the larger program of the two.
+    rnd = kv + other + (hoisted if own else 0)
+    return prompt_cache(per), max(rnd, prefill_program(per, own))
 
   chunks = [scoring_chunk(s.histogram_k, n)]
   if s.greedy_eval:
     chunks.append(scoring_chunk(1, n))
   pr_cache, pr_round = max(chunks, key=sum)
-  sel_cache, sel_round = scoring_chunk(s.histogram_k, n)
-  ev_cache, ev_round = scoring_chunk(1, eval_n)
-  # Params in their own dtype (fp32): every use casts them; XLA hoists a
-  # compute-dtype copy out of the decode loop when the dtypes differ.
-  hoisted = sample if w != a else 0
+  sel_cache, sel_round = scoring_chunk(s.histogram_k, n, own=True)
+  ev_cache, ev_round = scoring_chunk(1, eval_n, own=True)
 
   knob_step = 'rl.slots / sampling.max_new_tokens'
   items = (
+    Item(
+      'params (sampling copy)  ',
+      'prefill',
+      sample,
+      'as in sampling: made before the prefill',
+      'a larger tensor axis (mesh.tensor)',
+    ),
+    Item(
+      'prompt cache [B, P] (output)',
+      'prefill',
+      prompt_cache(s.prompts),
+      '',
+      'rl.prompts_per_step',
+    ),
+    Item(
+      'prefill temporaries',
+      'prefill',
+      prefill_program(s.prompts),
+      f'one layer of the B/dp prompts x P at a time ({_rows(s.prompts, dp)} '
+      'rows/device)',
+      'rl.prompts_per_step / data.prompt_bucket',
+    ),
     Item(
       'params (training layout)',
       'resident',
@@ -781,15 +864,14 @@ def plan(
       'round of a chunk',
       'pass_rates',
       pr_round,
-      'KV cache and temporaries',
+      "KV cache and temporaries (or the prefill's, the larger)",
       knob_step,
     ),
     Item(
       'params (restored, sampling layout)',
       'evaluation',
-      sample_own + hoisted,
-      f'{jnp.dtype(c.param_dtype).name}, tensor only'
-      + (' (+ a hoisted compute-dtype copy)' if hoisted else ''),
+      sample_own,
+      f'{jnp.dtype(c.param_dtype).name}, tensor only',
       'a larger tensor axis (mesh.tensor)',
     ),
     Item('prompt cache [S, P] ', 'evaluation', ev_cache, 'S prompts per chunk (k=1)'),
@@ -797,13 +879,14 @@ def plan(
       f'round at N={eval_n}',
       'evaluation',
       ev_round,
-      'k rounds one after another',
+      'k rounds one after another'
+      + ('; with a hoisted compute-dtype copy of the params' if hoisted else ''),
       '--max-new-tokens / --slots',
     ),
     Item(
       'params (restored, sampling layout) ',
       'selection',
-      sample_own + hoisted,
+      sample_own,
       '',
       'a larger tensor axis (mesh.tensor)',
     ),
