@@ -616,29 +616,16 @@ class Compiled:
   outputs: int
   aliased: int
   temp: int
-  # The TPU compiler refused the program for the chip's HBM: the figures
-  # are its own (temporaries from the refusal, arguments and outputs from
-  # the shardings), not a buffer assignment.
+  # The compiler refused the program for the chip's HBM (libtpu, at compile
+  # time: `RESOURCE_EXHAUSTED: ... HLO temporaries (50.42G) exceeds
+  # available HBM (30.75G)`): the temporaries are the refusal's figure, the
+  # arguments and outputs their shardings' bytes, not a buffer assignment.
   refused: bool = False
 
   @property
   def total(self) -> int:
     """What the program holds at once: donated outputs counted once."""
     return self.arguments + self.outputs - self.aliased + self.temp
-
-
-@dataclasses.dataclass(frozen=True)
-class Refused:
-  """A program the compiler refused: it needs more than the chip's HBM.
-
-  libtpu refuses at compile time a program whose temporaries exceed the
-  chip's HBM (`RESOURCE_EXHAUSTED: ... HLO temporaries (50.42G) exceeds
-  available HBM (30.75G)`); `--check` reports it as such, with the figures
-  it gives.
-  """
-
-  message: str
-  memory: Compiled
 
 
 _TEMPORARIES = re.compile(r'HLO temporaries \(([\d.]+)([KMGT]?)\)')
@@ -660,7 +647,7 @@ def _shard_bytes(tree: Any) -> int:
 
 
 def _compile(lowered: Any, inputs: Any, outputs: Any = ()) -> Any:
-  """The executable, or `Refused` where the compiler says it needs more HBM.
+  """The executable, or its `Compiled(refused=True)` where it needs more HBM.
 
   inputs, outputs: the program's abstract arguments and the outputs that
   are not donated arguments' buffers (per-device bytes from their
@@ -674,13 +661,12 @@ def _compile(lowered: Any, inputs: Any, outputs: Any = ()) -> Any:
     if 'RESOURCE_EXHAUSTED' not in text or not found:
       raise
     temp = float(found[1]) * 1024 ** ' KMGT'.index(found[2] or ' ')
-    memory = Compiled(_shard_bytes(inputs), _shard_bytes(outputs), 0, int(temp), True)
-    return Refused(text.splitlines()[0], memory)
+    return Compiled(_shard_bytes(inputs), _shard_bytes(outputs), 0, int(temp), True)
 
 
 def _memory(compiled: Any) -> Compiled:
-  if isinstance(compiled, Refused):
-    return compiled.memory
+  if isinstance(compiled, Compiled):  # Refused (`_compile`).
+    return compiled
   m = compiled.memory_analysis()
   return Compiled(
     int(m.argument_size_in_bytes),
@@ -840,9 +826,9 @@ def compile_prefill(
 
   model = sampling_model(config, mesh, cast=cast)
   lowered = sampler.lower_prefill(model, prompts=prompts, prompt_len=prompt_len)
-  rows = _sds((prompts, prompt_len), 'int32', sampler._rows_sharding(mesh, prompts, 2))
   out = prompt_cache(config, mesh, prompts, prompt_len)
-  return _compile(lowered, (nnx.state(model), rows, rows), out)
+  # The int32 prompts [B, P] are left out of the inputs: MiB beside GiB.
+  return _compile(lowered, nnx.state(model), out)
 
 
 def compile_round(
@@ -1004,7 +990,7 @@ def parser() -> argparse.ArgumentParser:
   )
   p.add_argument(
     '--check-phases',
-    default='prefill,sampling,old_logp,update,pass_rates,evaluation,selection',
+    default=','.join(_PHASE_ORDER[1:]),
     help='comma-separated phases --check compiles',
   )
   p.add_argument(

@@ -7,8 +7,8 @@ r"""The memory plan against XLA's compiled memory analysis: the full matrix.
 
 For each mesh and each attention-remat mode it compiles the real programs
 (`ada_jax.plan --check`: the trainer's update, old-logp pass, prefill and
-sampling round, abstract inputs in the trainer's layouts) of a 4-layer qwen2-like model at
-T = P + N = 384 and prints, per phase, `plan X MiB, compiled Y MiB, ratio
+sampling round, abstract inputs in the trainer's layouts) of a 4-layer
+qwen2-like model at T = P + N = 384 and prints, per phase, `plan X MiB, compiled Y MiB, ratio
 R`. On the (2, 2, 2) mesh it also doubles, one at a time, the layers, T, the
 rows per device (R) and the micro-batch (m), and prints the plan's change
 against the compiled change (their ratio). The target: every ratio within

@@ -48,15 +48,7 @@ PAPER = (
   'qwen3_4b_instruct',
   'qwen25_math_7b',
 )
-PHASES = (
-  'prefill',
-  'sampling',
-  'old_logp',
-  'update',
-  'pass_rates',
-  'evaluation',
-  'selection',
-)
+PHASES = (*memory_plan.TRAINING_PHASES, *memory_plan.COMMAND_PHASES)
 
 
 def calibrate(

@@ -3,8 +3,7 @@
 The oracle is the compiled program itself: `ada_jax.plan.compiled_phases` compiles the
 trainer's own update (`rl_update_pinned`), old-logp pass (`logp_jit`),
 prefill (`sampler.lower_prefill`) and sampling round (`sampler.lower_round`)
-on abstract inputs laid out as a run
-lays them out (the [C, m, ...] batch of `rollout.assemble_batch`, the prompt
+on abstract inputs laid out as a run lays them out (the [C, m, ...] batch of `rollout.assemble_batch`, the prompt
 cache `sampler.prefill` pins), on 8 fake CPU devices; each program's
 per-device arguments + outputs + temporaries (donated outputs counted once)
 must be within 25% of the plan's. CI runs one point of the calibration
@@ -228,3 +227,10 @@ def test_command_line_check_prints_plan_against_compiled():
   assert 0.5 < ratio < 2, phase
   assert f'check: worst ratio {ratio:.2f} (sampling)' in out
   assert 'says nothing certain about TPU tiling' in out
+
+
+def test_the_command_lists_every_phase_of_the_plan():
+  # `ada_jax.plan` keeps its own (jax-free) order of the phases for its table
+  # and `--check-phases`; a phase the planner adds must show there too.
+  want = ('resident', *memory.TRAINING_PHASES, *memory.COMMAND_PHASES)
+  assert want == plan._PHASE_ORDER

@@ -75,15 +75,7 @@ def test_table_covers_the_paper_configs_and_pods():
     'qwen25_math_7b',
   }
   pods = {'v4-32', 'v5p-64', 'v6e-64'}
-  phases = {
-    'prefill',
-    'sampling',
-    'old_logp',
-    'update',
-    'pass_rates',
-    'evaluation',
-    'selection',
-  }
+  phases = {*memory.TRAINING_PHASES, *memory.COMMAND_PHASES}
 
   def runs(r):
     return r['phase'] not in _ROUNDS or not r['shapes']['filter_logits']
