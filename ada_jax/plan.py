@@ -105,6 +105,7 @@ def _mib(n: float) -> str:
 
 _PHASE_ORDER = (
   'resident',
+  'reshard',
   'prefill',
   'sampling',
   'old_logp',
@@ -579,6 +580,8 @@ def preset_tables(pods: Sequence[str], variants: Sequence[str], root: str = '.')
 # devices via `--xla_force_host_platform_device_count`, or a TPU VM's chips),
 # the programs a run executes, through the code paths the trainer uses:
 #
+#   reshard    `Resharder.lower` (the trainer's copy of the training params
+#              into the compute-dtype sampling copy);
 #   update     `update.rl_update_pinned` (the trainer's jitted update, outputs
 #              pinned to the params' and optimizer state's shardings), params
 #              from `sharding.abstract_model` in TRAIN_RULES, AdamW state from
@@ -605,7 +608,7 @@ def preset_tables(pods: Sequence[str], variants: Sequence[str], root: str = '.')
 # Dimension legend: B prompts, P prompt bucket, N new tokens, S slots,
 # R training rows, C micro-batches of m rows, V vocab, G KV heads, K head dim.
 
-_CHECK_PHASES = ('prefill', 'sampling', 'old_logp', 'update', 'pass_rates')
+_CHECK_PHASES = ('reshard', 'prefill', 'sampling', 'old_logp', 'update', 'pass_rates')
 
 
 @dataclasses.dataclass(frozen=True)
@@ -831,6 +834,23 @@ def compile_prefill(
   return _compile(lowered, nnx.state(model), out)
 
 
+def compile_reshard(config: Any, mesh: Any) -> Any:
+  """The step's reshard (`Resharder.lower`): training params to the sampling copy.
+
+  The training layout's params in, the compute-dtype sampling copy out, as
+  the trainer's `Resharder(mesh, SAMPLE_RULES, dtype=config.dtype)` runs it.
+  """
+  from flax import nnx
+
+  from ada_jax import sharding as sharding_lib
+  from ada_jax.infra import resharder
+
+  _, state = sharding_lib.abstract_model(config, mesh, sharding_lib.TRAIN_RULES)
+  copy = resharder.Resharder(mesh, sharding_lib.SAMPLE_RULES, dtype=config.dtype)
+  out = nnx.state(sampling_model(config, mesh))
+  return _compile(copy.lower(state), state, out)
+
+
 def compile_round(
   config: Any,
   mesh: Any,
@@ -911,6 +931,8 @@ def compiled_programs(
       out[phase] = compile_update(config, s, mesh, settings)
     elif phase == 'old_logp':
       out[phase] = compile_old_logp(config, s, mesh, s.logit_chunk)
+    elif phase == 'reshard':
+      out[phase] = compile_reshard(config, mesh)
     elif phase == 'prefill':
       out[phase] = compile_prefill(
         config, mesh, prompts=s.prompts, prompt_len=s.prompt_len

@@ -61,7 +61,7 @@ MODEL = model_lib.ModelConfig(
 SHAPES = memory.StepShapes(16, 128, 256, 64, 2, 64, 32, 16)
 MESHES = ((1, 8, 1), (2, 4, 1), (1, 4, 2), (2, 2, 2))
 MODES = ('dense-none', 'chunked-none', 'dense-block', 'chunked-block')
-PHASES = ('update', 'old_logp', 'prefill', 'sampling')
+PHASES = ('update', 'old_logp', 'reshard', 'prefill', 'sampling')
 DOUBLINGS = {
   'layers': lambda c, s: (dataclasses.replace(c, num_layers=2 * c.num_layers), s),
   'T': lambda c, s: (

@@ -52,15 +52,27 @@ PHASES = (*memory_plan.TRAINING_PHASES, *memory_plan.COMMAND_PHASES)
 
 
 def calibrate(
-  config: str, pod: str, variant: str, layers: int, phases, out=None, filt=''
+  config: str,
+  pod: str,
+  variant: str,
+  layers: int,
+  phases,
+  out=None,
+  filt='',
+  mesh=None,
 ):
   """Plan vs TPU-compiled per phase for one config on one pod; prints lines.
 
   filt: 'on' / 'off' compiles the rounds with / without the top-p filter
   ('': as the config's sampling knobs decide, off for the paper configs).
+  mesh: (data, fsdp, tensor) instead of the rule's, one row per batch shard
+  per micro-batch.
   """
   spec = f'configs/{config}.py:tpu={pod},variant={variant}'
   c = from_config.load(spec)
+  if mesh:
+    c.mesh.data, c.mesh.fsdp, c.mesh.tensor = mesh
+    c.rl.micro_batch_rows = mesh[0] * mesh[1]
   cfg = dataclasses.replace(plan.model_config(c, config), platform='tpu')
   p = tpu_pods.pod(pod)
   hbm = chips.CHIPS[p.generation].hbm_gib * 2**30
@@ -178,6 +190,11 @@ def main(argv=None) -> None:
   p.add_argument('--variants', default='balance,dapo')
   p.add_argument('--phases', default=','.join(PHASES))
   p.add_argument('--layers', type=int, default=2, help='0: full depth')
+  p.add_argument(
+    '--meshes',
+    default='',
+    help="'D,F,T;D,F,T': compile at these (data, fsdp, tensor) instead of the rule's",
+  )
   p.add_argument('--out', default='')
   p.add_argument(
     '--filter', default='', choices=['', 'on', 'off'], help='top-p filter in rounds'
@@ -192,18 +209,21 @@ def main(argv=None) -> None:
   if args.table:
     write_table(args.jsonl, args.table)
     return
+  meshes = [tuple(map(int, m.split(','))) for m in args.meshes.split(';') if m]
   for config in args.configs.split(','):
     for pod in args.pods.split(','):
       for variant in args.variants.split(','):
-        calibrate(
-          config,
-          pod,
-          variant,
-          args.layers,
-          args.phases.split(','),
-          args.out,
-          args.filter,
-        )
+        for mesh in meshes or [None]:
+          calibrate(
+            config,
+            pod,
+            variant,
+            args.layers,
+            args.phases.split(','),
+            args.out,
+            args.filter,
+            mesh,
+          )
 
 
 if __name__ == '__main__':

@@ -31,7 +31,7 @@ compiles the real programs with the TPU compiler for the pod's topology):
 | 1.5B (Qwen2.5-Math-1.5B) | (1, -1, 1), m=16: 20.3 GiB (sampling) | (1, -1, 1), m=32: 11.6 GiB (sampling) | (1, -1, 1), m=64: 7.2 GiB (sampling) |
 | 3B (Llama-3.2-3B-Instruct) | does NOT fit: 66.8 GiB at (1, -1, 8) (sampling) | (1, -1, 1), m=32: 38.9 GiB (sampling) | (1, -1, 1), m=64: 22.4 GiB (sampling) |
 | 4B (Qwen3-4B-Instruct-2507) | does NOT fit: 85.7 GiB at (1, -1, 8) (sampling) | (1, -1, 1), m=32: 49.8 GiB (sampling) | (1, -1, 1), m=64: 28.6 GiB (sampling) |
-| 7B (Qwen2.5-Math-7B) | does NOT fit: 41.1 GiB at (1, -1, 4) (sampling) | (1, -1, 1), m=32: 32.9 GiB (sampling) | (1, -1, 1), m=64: 23.6 GiB (sampling) |
+| 7B (Qwen2.5-Math-7B) | does NOT fit: 41.1 GiB at (1, -1, 4) (sampling) | (1, -1, 1), m=32: 32.9 GiB (sampling) | (1, -1, 1), m=64: 23.7 GiB (reshard) |
 
 Other variants where the rule differs: 7B dapo on v4-32: tensor 4; 7B grpo on v4-32: tensor 2.
 

@@ -11,7 +11,10 @@ configs run without it). Nothing is compiled here: the plan
 of the compiled program (arguments + outputs - aliased + temporaries), the
 check `plan --check --target tpu` prints (for a program the compiler
 refused for the chip's HBM, against the figures of its refusal). The
-prefill is a phase of its own, and the scoring phases hold the larger of a
+reshard (the training params into the sampling copy, at 2, 4 and full
+depth) is a phase of its own: without it the plan missed the 7B preset's
+peak on v6e-64 (the compiled reshard and the AdamW state: 24.3 GiB, against
+the 23.6 GiB round it took for the peak). The prefill is a phase of its own, and the scoring phases hold the larger of a
 chunk's prefill and its round: without them the plan missed the
 evaluation's prefill of S = 4,096 prompts (Llama 3B on v4-32: 52.8 GiB where
 the round holds 12.6; the TPU compiler refuses it). The XLA:CPU-fitted

@@ -222,6 +222,48 @@ def test_a_program_larger_than_the_chip_is_refused_with_its_figures():
   assert 0.75 <= ratio <= 1.25, ratio
 
 
+@pytest.mark.parametrize(
+  'name,pod_name,shape',
+  [
+    ('qwen25_math_1p5b', 'v5p-64', (1, 32, 1)),  # The preset: 32-way gathers.
+    ('qwen25_math_7b', 'v4-32', (1, 4, 4)),  # Its preset: 4-way, untied head.
+    ('qwen25_math_1p5b', 'v4-32', (16, 1, 1)),  # Nothing to gather.
+  ],
+)
+def test_the_reshard_is_compiled_into_the_copy_the_rounds_take(name, pod_name, shape):
+  """The step's reshard, TPU-compiled at 2 layers of a paper model, as planned.
+
+  `plan.compile_reshard` lowers the trainer's own `Resharder` (SAMPLE_RULES,
+  cast to the compute dtype) on the training layout's params: its outputs
+  are the sampling copy the prefill and the rounds are compiled for (same
+  shardings, compute-dtype weights), and the plan's reshard phase is within
+  0.75-1.25 of the program (a phase the plan did not have: it planned
+  nothing for it).
+  """
+  import jax
+  from flax import nnx
+
+  pod = tpu_pods.pod(pod_name)
+  c = from_config.load(f'configs/{name}.py:tpu={pod_name}')
+  cfg = dataclasses.replace(plan.model_config(c, name), num_layers=2, platform='tpu')
+  mesh = sharding.make_mesh(shape, tpu_pods.devices(pod))
+  exe = plan.compile_reshard(cfg, mesh)
+  out = jax.tree.leaves(exe.out_info[0])
+  want = jax.tree.leaves(nnx.state(plan.sampling_model(cfg, mesh)))
+  assert [(o.shape, o.dtype) for o in out] == [(w.shape, w.dtype) for w in want]
+  assert jnp.dtype(jnp.bfloat16) in {o.dtype for o in out}
+  got_sh = jax.tree.leaves(exe.output_shardings[0])
+  for sh, w in zip(got_sh, want, strict=True):
+    assert sh.is_equivalent_to(w.sharding, len(w.shape)), (sh, w.sharding)
+  got = plan._memory(exe)
+  shapes = dataclasses.replace(
+    from_config.step_shapes(c, cfg), micro_batch_rows=shape[0] * shape[1]
+  )
+  planned = memory_plan.plan(cfg, shapes, shape, backend='tpu')
+  ratio = planned.program_bytes('reshard') / got.total
+  assert 0.75 <= ratio <= 1.25, ratio
+
+
 def test_top_p_filter_sorts_whole_rows_on_a_tensor_split_vocab():
   """The filter costs a round a few [S/dp, V/tensor] copies, whatever the vocab.
 

@@ -111,6 +111,13 @@ class Resharder:
 
     return jax.jit(copy, out_shardings=(shardings, None))
 
+  def lower(self, state: nnx.State) -> Any:
+    """The copy's program lowered for `state` (abstract leaves will do).
+
+    What `__call__` runs, for the planner's compiled check (`plan.compile_reshard`).
+    """
+    return self._build(state).lower(state)
+
   def __call__(self, state: nnx.State) -> nnx.State:
     """The same values in the target layout (cast to `dtype`, if given).
 

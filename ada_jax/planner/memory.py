@@ -12,6 +12,10 @@ What is alive when (ada_jax/rl/trainer.py). The training params (fp32
 master, fsdp x tensor) and the AdamW moments live all run. Phases of a
 training run:
 
+  reshard:    `infra.resharder.Resharder`'s copy of the training params into
+              the sampling copy (cast to the compute dtype, gathered over
+              fsdp, split over tensor only): the training params in, the
+              copy out, and the gathers' staging buffers;
   prefill:    the sampling copy, the B prompts [B, P] (rows over data x
               fsdp) and `sampler.prefill`'s program: the layers' forward
               over the device's B / (data x fsdp) x P prompt tokens, one
@@ -90,12 +94,19 @@ buffer assignment differs from XLA:CPU's, the TPU plan follows it:
               Llama 3B at (1, 2, 8) on v4-32 holds 8.3 GiB of prefill
               temporaries at any depth, and an evaluation chunk of S = 4,096
               prompts eight times that (the chunk sizing is the every-pod
-              issue's).
+              issue's);
+  reshard:    the gathers stage part of the copy (FIT_TPU's reshard terms:
+              about 0.58 of it over 8 or more fsdp shards, the layers' copy
+              over 2 or 4, nothing over 1). It holds the training params,
+              the AdamW state, the copy and its staging at once: the step's
+              peak where the copy is large beside the round (7B on v6e-64:
+              23.7 GiB against a 23.6 GiB round).
 Measured plan / TPU-compiled (tests/data/tpu_compiled.json, every phase of
 the four paper configs on v4-32, v5p-64 and v6e-64 at the layouts the rule
 picks, the rounds as the configs compile them and with the filter): at 2
 layers the rounds 0.78-1.23 (0.82-1.18 with the filter), the old-logp pass
-and the update 0.88-1.23; at full depth on v5p-64 0.95-1.01 (1.5B) and
+and the update 0.88-1.23, the reshard 1.00-1.09 (0.93-1.04 at full depth
+on every pod); at full depth on v5p-64 0.95-1.01 (1.5B) and
 0.96-1.12 (7B).
 Programs compiled with memory to spare keep extra copies at small depths
 (1.5B on v5p-64: 0.84 at 2 layers, 1.03 at 4); the plan counts the copies a
@@ -132,7 +143,7 @@ GIB = 1024**3
 
 
 # One RL step: the verdict.
-STEP_PHASES = ('prefill', 'sampling', 'old_logp', 'update')
+STEP_PHASES = ('reshard', 'prefill', 'sampling', 'old_logp', 'update')
 TRAINING_PHASES = (*STEP_PHASES, 'pass_rates')  # With the resident state.
 COMMAND_PHASES = ('evaluation', 'selection')
 
@@ -346,6 +357,11 @@ FIT: dict[str, float] = {
   'prefill_hidden': 1.0,
   'prefill_mlp': 3.5,
   'prefill_qkv': 1.0,
+  # Reshard: the copy's temporaries in units of the sampling copy (fp32
+  # tiny models on 8 devices: 0.57-0.66 of it on (1, 8, 1) and (2, 4, 1),
+  # 0.89-1.26 with tensor 2; the plan's 1.0 keeps the program's total
+  # within 0.90-1.19).
+  'reshard': 1.0,
 }
 
 # The TPU compiler's (libtpu) buffer assignment differs from XLA:CPU's where
@@ -380,6 +396,25 @@ FIT_TPU: dict[str, float] = {
   'prefill_own_hidden': 3.5,
   'prefill_own_mlp': 1.1,
   'prefill_own_qkv': 1.2,
+  # Reshard (`Resharder`: each weight cast in the training layout, then
+  # gathered over fsdp into the copy). The gathers' staging buffers, in
+  # units of the copy's bytes, depend on how many ways they gather (measured
+  # on the paper models at 2, 4 and full depth, fsdp 1 to 64, tensor 1 to
+  # 8). Over 8 or more fsdp shards the scheduler stages about this share of
+  # the copy at once at full depth (0.52-0.72), and never less than the
+  # copy's embedding table and head (at 2 and 4 layers it stages the
+  # gathered table whole, and nothing else):
+  'reshard_wide': 0.58,
+  # Over 2 or 4 shards it stages the layers' copy once (1.03-1.14 of the
+  # copy at full depth), and the table and head beside it where the table
+  # is whole (tensor 1) or untied; a tied table split over tensor is
+  # gathered in place (Llama 3B at (1, 2, 8): 0.02 GiB at 2 layers). With
+  # fsdp 1 nothing is gathered and the cast writes the copy itself. Plan /
+  # compiled over the presets and 15 other layouts at 2, 4 and full depth
+  # (tests/data/tpu_compiled.json): 0.85-1.09; the one layout left out is
+  # 1.5B at (1, 8, 4) at full depth (1.28: its 2 KV heads do not divide
+  # the tensor axis, a layout the rule never picks).
+  'reshard_narrow': 1.0,
 }
 
 
@@ -507,6 +542,13 @@ def plan(
     dataclasses.replace(c, param_dtype=c.dtype), mesh, sharding_lib.SAMPLE_RULES
   )
   sample_own = param_bytes_per_device(c, mesh, sharding_lib.SAMPLE_RULES)
+  copy_layers = sum(
+    b
+    for name, b in _param_bytes_by_name(
+      dataclasses.replace(c, param_dtype=c.dtype), mesh, sharding_lib.SAMPLE_RULES
+    )
+    if name.startswith('layers')
+  )
   layer_g = _layer_params(c, w, tensor)
   layers_train = sum(
     b
@@ -517,6 +559,20 @@ def plan(
   embed_g *= 1 if c.tie_embeddings else 2
   # AdamW mu and nu take the params' dtype and sharding; counts are scalars.
   opt = 2 * train
+
+  # --- Reshard: the training params into the sampling copy (its output),
+  # through the fsdp gathers' staging buffers (FIT_TPU's reshard terms).
+  table = sample - copy_layers  # The copy's embedding table (and untied head).
+  fsdp = mesh[1]
+  if not tpu:
+    reshard_tmp = int(FIT['reshard'] * sample)
+  elif fsdp == 1:
+    reshard_tmp = 0
+  elif fsdp >= 8:
+    reshard_tmp = int(max(table, FIT_TPU['reshard_wide'] * sample))
+  else:
+    whole = tensor == 1 or not c.tie_embeddings
+    reshard_tmp = int(FIT_TPU['reshard_narrow'] * copy_layers) + (table if whole else 0)
 
   # --- Sampling: a round of S slots continuing B prompts.
   g_dev = _split(c.num_kv_heads, tensor)
@@ -732,6 +788,20 @@ def plan(
   knob_step = 'rl.slots / sampling.max_new_tokens'
   items = (
     Item(
+      'sampling copy (reshard output)',
+      'reshard',
+      sample,
+      f'{jnp.dtype(c.dtype).name}, tensor only: made once per step',
+      'a larger tensor axis (mesh.tensor)',
+    ),
+    Item(
+      'reshard temporaries',
+      'reshard',
+      reshard_tmp,
+      "the fsdp gathers' staging",
+      'a larger tensor axis (mesh.tensor)',
+    ),
+    Item(
       'params (sampling copy)  ',
       'prefill',
       sample,
@@ -758,7 +828,7 @@ def plan(
       'resident',
       train,
       'fsdp x tensor',
-      programs=('old_logp', 'update'),
+      programs=('reshard', 'old_logp', 'update'),
     ),
     Item(
       'optimizer state (AdamW mu, nu)',
