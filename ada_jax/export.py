@@ -21,6 +21,10 @@ task's, base models) gets one that renders the run's prompt template around
 the user message, so `apply_chat_template(..., add_generation_prompt=True)`
 gives exactly the prompts the policy was trained on.
 
+HF_DIR may be a gs:// folder (`infra.storage`): the files are written into a
+local temporary folder, then copied up (the model's size in local disk
+space), and an unreachable bucket is one line before the restore.
+
 Export from a finished, paused or running run: the reader leaves
 unfinished (tmp) saves alone and takes the latest complete step.
 """
@@ -33,6 +37,7 @@ import logging
 import os
 import shutil
 import sys
+import tempfile
 from collections.abc import Sequence
 from typing import Any
 
@@ -155,7 +160,7 @@ def export(c, workdir: str, out: str) -> int:
 
   from ada_jax import hf, prompts, sharding
   from ada_jax.infra import checkpoint as checkpoint_lib
-  from ada_jax.infra import run_dir
+  from ada_jax.infra import run_dir, storage
 
   if os.path.abspath(out) == os.path.abspath(workdir):
     raise run_dir.WorkdirError(f'--out {out} is the run itself: pass another directory')
@@ -165,11 +170,18 @@ def export(c, workdir: str, out: str) -> int:
   # Params split over all devices (fsdp): any mesh restores any checkpoint.
   mesh = sharding.make_mesh((1, -1, 1))
   graphdef, target = sharding.abstract_model(config, mesh, sharding.TRAIN_RULES)
+  storage.require(out)  # gs://: gcsfs and credentials, before the restore.
   step, params, _ = checkpoint_lib.restore_params(workdir, target)
-  hf.save_model(nnx.merge(graphdef, params), out)
-  if jax.process_index() == 0:
-    template = prompts.resolve(c.data.template, c.data.name, tok)
-    write_tokenizer(tok, out, template)
+  # safetensors and the tokenizer write local files: a gs:// export is
+  # written into a local folder, then copied up.
+  with tempfile.TemporaryDirectory(prefix='ada_export_') as tmp:
+    local = os.path.join(tmp, 'hf') if storage.is_remote(out) else out
+    hf.save_model(nnx.merge(graphdef, params), local)
+    if jax.process_index() == 0:
+      template = prompts.resolve(c.data.template, c.data.name, tok)
+      write_tokenizer(tok, local, template)
+      if local != out:
+        storage.upload_dir(local, out)
   logging.info('export: step %d of %s -> %s', step, workdir, out)
   return step
 
@@ -194,7 +206,6 @@ def main(argv: Sequence[str] | None = None) -> None:
   if rest and args.config is None:
     p.error('--config.KEY=VALUE overrides need --config')
   logging.getLogger().setLevel(logging.INFO)
-  from ada_jax.infra import run_dir
 
   try:
     c = (
@@ -203,7 +214,7 @@ def main(argv: Sequence[str] | None = None) -> None:
       else read_config(args.workdir)
     )
     step = export(c, args.workdir, args.out)
-  except (FileNotFoundError, ValueError, run_dir.WorkdirError) as e:
+  except (FileNotFoundError, ValueError, OSError) as e:  # WorkdirError, StorageError
     sys.exit(f'error: {e}')
   print(f'exported step {step} of {args.workdir} to {args.out}')
 

@@ -12,13 +12,14 @@ import transformers
 
 from ada_jax import export, from_config, prompts
 from ada_jax import model as model_lib
+from ada_jax.infra import storage
 from tests import test_train
 from tests.test_train import data_dir  # noqa: F401  (the shared TFDS dir)
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 
 
-def test_export_reloads_in_transformers(data_dir, tmp_path):  # noqa: F811
+def test_export_reloads_in_transformers(data_dir, tmp_path, gcs_dir):  # noqa: F811
   c = test_train.tiny_config(data_dir, steps=1, eval_every=0, warmup=0)
   workdir = str(tmp_path / 'run')
   from_config.validate(c)
@@ -73,6 +74,30 @@ def test_export_reloads_in_transformers(data_dir, tmp_path):  # noqa: F811
     )
     assert chat == e.prompt
   assert hf_tok.eos_token_id in trainer.tok.eos_ids
+
+  # To gs:// (the emulator): the same files, byte for byte. The old code
+  # wrote a local folder named 'gs:' and reported success.
+  remote = f'{gcs_dir}/hf'
+  proc = subprocess.run(
+    [sys.executable, '-m', 'ada_jax.export', '--workdir', workdir, '--out', remote],
+    cwd=tmp_path,
+    env={
+      **os.environ,
+      'JAX_PLATFORMS': 'cpu',
+      'XLA_FLAGS': '',
+      'PYTHONPATH': str(ROOT),
+    },
+    capture_output=True,
+    text=True,
+    timeout=300,
+    check=False,
+  )
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  assert not (tmp_path / 'gs:').exists()
+  got = storage.path(remote)
+  assert sorted(p.name for p in got.iterdir()) == sorted(os.listdir(out))
+  for name in os.listdir(out):
+    assert (got / name).read_bytes() == pathlib.Path(out, name).read_bytes(), name
 
 
 def test_plain_chat_template_matches_the_plain_prompt():

@@ -40,6 +40,8 @@ from typing import Any
 
 from etils import epath
 
+from ada_jax.infra import storage
+
 CONFIG_FILE = 'config.json'
 CONFIG_HISTORY_FILE = 'config_history.jsonl'
 METRICS_FILE = 'metrics.jsonl'
@@ -92,6 +94,10 @@ def check_writable(workdir: str | os.PathLike[str]) -> None:
   Raises:
     WorkdirError: one line naming the workdir and the OS's reason.
   """
+  try:
+    storage.require(workdir)  # gs://: gcsfs and credentials, before any write.
+  except storage.StorageError as e:
+    raise WorkdirError(f'--workdir {e}') from None
   p = epath.Path(workdir)
   probe = p / f'.write_probe.{os.getpid()}'
   try:
@@ -122,7 +128,8 @@ def set_aside(workdir: str | os.PathLike[str]) -> epath.Path | None:
   """Moves the run's progress files to `restarts/<UTC time>/`; None if none.
 
   Renames locally; on object stores each file is copied then deleted
-  (etils' rename), so an interrupted move leaves every file somewhere whole.
+  (`storage.move`: no folder is assumed to exist), so an interrupted move
+  leaves every file somewhere whole.
   """
   files = progress_files(workdir)
   if not files:
@@ -133,9 +140,9 @@ def set_aside(workdir: str | os.PathLike[str]) -> epath.Path | None:
   while dest.exists():  # Two restarts in one second.
     n += 1
     dest = epath.Path(workdir) / RESTARTS_DIR / f'{stamp}.{n}'
-  dest.mkdir(parents=True)
+  storage.makedirs(dest)
   for f in files:
-    f.rename(dest / f.name)
+    storage.move(f, dest / f.name)
   return dest
 
 

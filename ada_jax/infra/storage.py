@@ -1,0 +1,154 @@
+"""Local and Cloud Storage (gs://) paths behind one small layer.
+
+Every file a command reads or writes goes through `etils.epath`, which
+reaches `gs://` through fsspec and gcsfs (no TensorFlow). What epath does
+not do safely on an object store is here:
+
+- `move`: object stores have no folders and no rename; a file or a tree is
+  copied, then the source deleted (each file lands whole, and an interrupted
+  move leaves every file in one place or both). gcsfs's own rename first
+  tries the moveTo API, which some stores (and the GCS emulator) lack, and
+  retries it for half a minute before it falls back to the same copy.
+- `makedirs`: a no-op on object stores (a folder exists when a file does).
+- `upload_dir`: libraries that write only local files (safetensors, the
+  array_record writer of TFDS) write into a local folder, then it is copied
+  up.
+- `require`: a `gs://` path without gcsfs installed, or without credentials,
+  is one line naming the path and what is missing (`StorageError`, exit 2),
+  before anything is written.
+
+The GCS emulator (`STORAGE_EMULATOR_HOST`, e.g. `gcp-storage-emulator` on a
+loopback port; tests/conftest.py starts one): gcsfs and the Google client
+read that variable alone. gcsfs's default filesystem (the extended one, for
+hierarchical-namespace and zonal buckets) first probes each bucket's type
+over gRPC and waits 60 s per call against a REST-only emulator before it
+falls back; with the variable set, `gs://` and `gcs://` (epath's name) are
+served by gcsfs's plain REST filesystem instead (the same as
+`GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT=false` before gcsfs is imported), so a
+user sets one variable.
+
+Dimension legend: none (paths only).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+from typing import Any
+
+from etils import epath
+
+REMOTE_PREFIXES = ('gs://',)
+EMULATOR_VAR = 'STORAGE_EMULATOR_HOST'
+
+
+class StorageError(OSError):
+  """A path cannot be reached (no client, no credentials); the message is one line."""
+
+
+def is_remote(path: str | os.PathLike[str]) -> bool:
+  """Whether `path` is on an object store (gs://)."""
+  return os.fspath(path).startswith(REMOTE_PREFIXES)
+
+
+def _filesystem() -> Any:
+  """Gcsfs's filesystem (fsspec's cached instance), configured for an emulator."""
+  try:
+    import fsspec
+    import gcsfs
+  except ImportError:
+    raise StorageError(
+      'gs:// paths need gcsfs: pip install -r requirements.txt (gcsfs)'
+    ) from None
+  if os.environ.get(EMULATOR_VAR):
+    # The REST-only filesystem, whatever order gcsfs was imported in: the
+    # extended one probes each bucket's type over gRPC first (module doc).
+    for protocol in ('gs', 'gcs'):
+      fsspec.register_implementation(protocol, gcsfs.core.GCSFileSystem, clobber=True)
+  # The instance etils.epath uses (fsspec caches one per class and
+  # arguments): one listing cache, so a move here is seen by epath at once.
+  return fsspec.filesystem('gcs', finalize_on_close=True)
+
+
+def require(path: str | os.PathLike[str]) -> None:
+  """Checks that `path` can be reached; local paths always can.
+
+  For gs://: gcsfs is importable and its bucket answers (credentials, or
+  the emulator). Nothing is written.
+
+  Raises:
+    StorageError: one line naming the path and what is missing.
+  """
+  if not is_remote(path):
+    return
+  text = os.fspath(path)
+  fs = _filesystem()
+  bucket = text[len('gs://') :].split('/', 1)[0]
+  # gcsfs logs each failed try with its traceback; the one line below says it.
+  log = logging.getLogger('gcsfs')
+  level = log.level
+  log.setLevel(logging.CRITICAL)
+  try:
+    fs.ls(bucket, refresh=True)
+  except FileNotFoundError:
+    raise StorageError(f'{text}: bucket gs://{bucket} does not exist') from None
+  except Exception as e:  # gcsfs raises auth, HTTP and OS errors alike.
+    reason = str(e).splitlines()[0] if str(e) else type(e).__name__
+    raise StorageError(
+      f'{text}: cannot reach gs://{bucket} ({reason}); set up credentials '
+      '(gcloud auth application-default login, or a service account)'
+    ) from None
+  finally:
+    log.setLevel(level)
+
+
+def path(p: str | os.PathLike[str]) -> epath.Path:
+  """An epath.Path; for gs:// after `_filesystem` set up the client."""
+  if is_remote(p):
+    _filesystem()
+  return epath.Path(p)
+
+
+def makedirs(p: str | os.PathLike[str]) -> None:
+  """Creates a local folder (and its parents); nothing on object stores."""
+  if not is_remote(p):
+    os.makedirs(os.fspath(p), exist_ok=True)
+
+
+def move(src: str | os.PathLike[str], dst: str | os.PathLike[str]) -> None:
+  """Moves a file or a tree from `src` to `dst` (its parent need not exist).
+
+  Local: a rename. On an object store: every file copied, then the sources
+  deleted.
+  """
+  s, d = os.fspath(src), os.fspath(dst)
+  if not is_remote(s) and not is_remote(d):
+    os.makedirs(os.path.dirname(d) or '.', exist_ok=True)
+    os.replace(s, d)
+    return
+  if is_remote(s) != is_remote(d):
+    raise ValueError(f'move {s} -> {d}: both paths must be on the same store')
+  fs = _filesystem()
+  if fs.isdir(s):
+    fs.copy(s.rstrip('/') + '/', d.rstrip('/') + '/', recursive=True)
+    fs.rm(s, recursive=True)
+  else:
+    fs.copy(s, d)
+    fs.rm(s)
+  fs.invalidate_cache()
+
+
+def upload_dir(local: str | os.PathLike[str], dst: str | os.PathLike[str]) -> None:
+  """Copies the local folder `local` into `dst` (local or gs://), file by file."""
+  src, d = os.fspath(local), os.fspath(dst)
+  if not is_remote(d):
+    shutil.copytree(src, d, dirs_exist_ok=True)
+    return
+  fs = _filesystem()
+  for root, _, files in os.walk(src):
+    rel = os.path.relpath(root, src)
+    for name in files:
+      target = '/'.join(x for x in (d.rstrip('/'), rel, name) if x and x != '.')
+      fs.put_file(os.path.join(root, name), target)
+  fs.invalidate_cache()
