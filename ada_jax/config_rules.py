@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import os
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
@@ -393,12 +392,19 @@ def _pod_problem(value: str) -> str | None:
 def _cross_model(c: Any) -> None:
   from etils import epath
 
+  from ada_jax.infra import storage
+
   hf_path = c.model.hf_path
-  if hf_path and not os.path.isfile(os.path.join(hf_path, 'config.json')):
-    raise ConfigError(
-      f'config model.hf_path={hf_path!r}: no config.json there (pass a local '
-      'Hugging Face model directory)'
-    )
+  if hf_path:
+    try:
+      found = storage.path(hf_path).joinpath('config.json').is_file()
+    except storage.StorageError as e:
+      raise ConfigError(f'config model.hf_path={hf_path!r}: {e}') from None
+    if not found:
+      raise ConfigError(
+        f'config model.hf_path={hf_path!r}: no config.json there (pass a Hugging '
+        'Face model directory, local or gs://)'
+      )
   # An empty hf_path builds the random tiny model with the tiny task's
   # tokenizer, which only reads the `tiny` template: any other template
   # means a real model was meant and its directory is missing.

@@ -709,10 +709,11 @@ class Identity:
 def derived_identity(c: Any) -> dict[str, Any]:
   """The model by content: a fingerprint of its HF directory (not its path)."""
   from ada_jax import hf
+  from ada_jax.infra import storage
 
   path = c.model.hf_path
-  if path and not path.startswith('gs://') and os.path.isdir(path):
-    return {'model.fingerprint': hf.fingerprint(path)}
+  if path and (storage.is_remote(path) or os.path.isdir(path)):
+    return {'model.fingerprint': hf.fingerprint(path)}  # gs://: its local copy.
   return {}
 
 
@@ -836,10 +837,11 @@ class Policy:
 
 def is_hf_dir(path: str) -> bool:
   """config.json next to safetensors (a run workdir has a config.json too)."""
-  if path.startswith('gs://'):
-    return False
-  return os.path.isfile(os.path.join(path, 'config.json')) and any(
-    os.path.isfile(os.path.join(path, f))
+  from ada_jax.infra import storage
+
+  p = storage.path(path)
+  return p.joinpath('config.json').is_file() and any(
+    p.joinpath(f).is_file()
     for f in ('model.safetensors', 'model.safetensors.index.json')
   )
 

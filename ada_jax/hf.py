@@ -57,6 +57,7 @@ from jax.sharding import Mesh
 
 from ada_jax import model as model_lib
 from ada_jax import sharding as sharding_lib
+from ada_jax.infra import storage
 
 SUPPORTED_TYPES = ('qwen2', 'qwen3', 'llama')
 _ARCHITECTURES = {
@@ -395,6 +396,11 @@ class VocabError(ValueError):
   """A tokenizer id the embedding has no row for; the message is one line."""
 
 
+# A tokenizer's files in an HF directory (no weights): what a gs:// folder's
+# local copy needs for the tokenizer alone.
+_TOKENIZER_FILES = ('*.json', '*.txt', '*.model', '*.jinja')
+
+
 def tokenizer_size(path: str | os.PathLike) -> int | None:
   """1 + the largest id of `path/tokenizer.json` (special tokens included).
 
@@ -402,7 +408,7 @@ def tokenizer_size(path: str | os.PathLike) -> int | None:
   Reads the JSON only: the vocabulary (`model.vocab`, a dict of token -> id or
   a Unigram list) and `added_tokens`.
   """
-  file = os.path.join(os.fspath(path), 'tokenizer.json')
+  file = os.path.join(storage.localize(path, ('tokenizer.json',)), 'tokenizer.json')
   if not os.path.isfile(file):
     return None
   spec = _read_json(file)
@@ -446,7 +452,7 @@ def fingerprint(path: str | os.PathLike, sample_bytes: int = 1 << 16) -> str:
   """
   import hashlib
 
-  path = os.fspath(path)
+  path = storage.localize(path, ('config.json', '*.safetensors'))
   h = hashlib.sha256()
   with open(os.path.join(path, 'config.json'), 'rb') as f:
     h.update(f.read())
@@ -468,9 +474,10 @@ def read_hf_config(path: str | os.PathLike) -> dict[str, Any]:
     FileNotFoundError: naming the directory when it has no config.json.
     ValueError: naming config.json when it is not a JSON object.
   """
-  cfg_path = os.path.join(os.fspath(path), 'config.json')
+  where = os.fspath(path)
+  cfg_path = os.path.join(storage.localize(path, ('config.json',)), 'config.json')
   if not os.path.exists(cfg_path):
-    raise FileNotFoundError(f'no config.json in {os.fspath(path)}')
+    raise FileNotFoundError(f'no config.json in {where}')
   cfg = _read_json(cfg_path)
   if not isinstance(cfg, dict):
     raise ValueError(f'{cfg_path}: expected a JSON object, got {type(cfg).__name__}')
@@ -503,7 +510,9 @@ def load_model(
     FileNotFoundError / ValueError naming the file, field or tensor at fault.
     VocabError: a tokenizer id outside the embedding.
   """
-  path = os.fspath(path)
+  path = storage.localize(path)  # gs://: a local copy, downloaded once.
+  if tokenizer_dir:
+    tokenizer_dir = storage.localize(tokenizer_dir, _TOKENIZER_FILES)
   config = config_from_hf(
     read_hf_config(path),
     dtype=dtype,

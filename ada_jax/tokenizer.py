@@ -30,6 +30,8 @@ from typing import Any
 import tokenizers
 import transformers
 
+from ada_jax.infra import storage
+
 # Tokens that end a turn or a document in the model families we support. They
 # are added to the EOS set when present in the vocabulary: Qwen chat models
 # end on <|im_end|> but base checkpoints may emit <|endoftext|> instead, and
@@ -194,7 +196,7 @@ def parse_stop_ids(spec: str) -> str | tuple[int, ...]:
 def load_tokenizer(
   path: str | os.PathLike[str], stop_ids: str | Sequence[int] = 'default'
 ) -> Tokenizer:
-  """Loads the tokenizer of a local HF directory.
+  """Loads the tokenizer of an HF directory (local or gs://).
 
   Args:
     path: directory with tokenizer.json (+ tokenizer_config.json), optionally
@@ -217,6 +219,8 @@ def load_tokenizer(
     ValueError: no EOS id can be found, or the tokenizer encodes a probe
       text to nothing (the symptom of a wrongly chosen tokenizer class).
   """
+  if storage.is_remote(path):  # A local copy of its files (no weights).
+    path = storage.localize(path, ('*.json', '*.txt', '*.model', '*.jinja'))
   path = os.fspath(path)
   if not os.path.isdir(path):
     raise FileNotFoundError(f'Tokenizer directory not found: {path}')

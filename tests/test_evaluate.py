@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 from ada_jax import evaluate, from_config, hf
+from ada_jax.infra import storage
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 CORRECT = np.array(
@@ -183,6 +184,40 @@ def test_evaluate_caps_new_tokens_and_matches_hf_export(run, caplog):
   assert b['step'] == 0
   assert b['datasets']['custom'] == a['datasets']['custom']
   assert set(backends) == {'ada'} and a['datasets']['custom']['grader'] == 'ada'
+
+
+def test_evaluate_reads_model_and_checkpoint_from_gs(
+  run, gcs_dir, monkeypatch, tmp_path
+):
+  """model.hf_path, the tokenizer and --checkpoint on gs:// (the emulator).
+
+  The same report as from the local directories; each host reads a local
+  copy (ADA_CACHE_DIR) downloaded once. The old code refused a gs:// HF
+  export ('not an HF directory either') and `model.hf_path=gs://...` ('no
+  config.json there').
+  """
+  monkeypatch.setenv('ADA_CACHE_DIR', str(tmp_path / 'cache'))
+  tok_dir = str(pathlib.Path(run['workdir']) / 'tokenizer')
+  storage.upload_dir(run['hf'], f'{gcs_dir}/hf')
+  storage.upload_dir(tok_dir, f'{gcs_dir}/tok')
+
+  def verify(responses, references, **kw):  # An oracle of the texts.
+    return np.array([len(r) % 2 == 0 for r in responses])
+
+  kw = dict(k=2, slots=8, temperature=0.0, verify_fn=verify)
+  reports = []
+  for model_dir, tok in ((run['hf'], tok_dir), (f'{gcs_dir}/hf', f'{gcs_dir}/tok')):
+    c = from_config.load(
+      str(ROOT / 'configs' / 'tiny_arith.py') + ':task=format', run['overrides']
+    )
+    c.model.hf_path, c.model.tokenizer_path = model_dir, tok
+    from_config.validate(c)
+    assert from_config.is_hf_dir(model_dir)
+    out = str(tmp_path / f'out{len(reports)}')
+    reports.append(evaluate.evaluate(c, model_dir, ['custom'], out_dir=out, **kw))
+  assert reports[1]['datasets']['custom'] == reports[0]['datasets']['custom']
+  cached = tmp_path / 'cache' / 'gs' / gcs_dir[len('gs://') :] / 'hf'
+  assert (cached / 'model.safetensors').is_file()
 
 
 def test_evaluate_without_checkpoint_fails(tmp_path, run):

@@ -13,6 +13,12 @@ not do safely on an object store is here:
 - `upload_dir`: libraries that write only local files (safetensors, the
   array_record writer of TFDS) write into a local folder, then it is copied
   up.
+- `localize`: libraries that read only local files (safetensors' memory
+  map, the tokenizers library) get a local copy of a `gs://` folder: its
+  files (or those matching patterns, e.g. config.json alone for the plan)
+  downloaded once into `$ADA_CACHE_DIR` (default ~/.cache/ada_jax) and kept
+  while their sizes match the bucket's, so each host of a pod reads its own
+  disk after the first call.
 - `require`: a `gs://` path without gcsfs installed, or without credentials,
   is one line naming the path and what is missing (`StorageError`, exit 2),
   before anything is written.
@@ -32,15 +38,18 @@ Dimension legend: none (paths only).
 
 from __future__ import annotations
 
+import fnmatch
 import logging
 import os
 import shutil
+from collections.abc import Sequence
 from typing import Any
 
 from etils import epath
 
 REMOTE_PREFIXES = ('gs://',)
 EMULATOR_VAR = 'STORAGE_EMULATOR_HOST'
+CACHE_VAR = 'ADA_CACHE_DIR'
 
 
 class StorageError(OSError):
@@ -152,3 +161,43 @@ def upload_dir(local: str | os.PathLike[str], dst: str | os.PathLike[str]) -> No
       target = '/'.join(x for x in (d.rstrip('/'), rel, name) if x and x != '.')
       fs.put_file(os.path.join(root, name), target)
   fs.invalidate_cache()
+
+
+def cache_root() -> str:
+  """Where `localize` keeps local copies: $ADA_CACHE_DIR or ~/.cache/ada_jax."""
+  return os.environ.get(CACHE_VAR) or os.path.join(
+    os.path.expanduser('~'), '.cache', 'ada_jax'
+  )
+
+
+def localize(p: str | os.PathLike[str], patterns: Sequence[str] = ()) -> str:
+  """A local folder with the files of folder `p` (local `p`: itself).
+
+  For gs://: each file (matching one of the fnmatch `patterns`, if given)
+  that is missing from the cache or differs in size is downloaded (to a
+  temporary name, then renamed: a reader never sees half a file).
+
+  Raises:
+    FileNotFoundError: nothing under `p` (naming it).
+  """
+  if not is_remote(p):
+    return os.fspath(p)
+  src = os.fspath(p).rstrip('/')
+  fs = _filesystem()
+  bare = src[len('gs://') :]
+  local = os.path.join(cache_root(), 'gs', bare)
+  found = fs.find(src, detail=True)
+  if not found:
+    raise FileNotFoundError(f'{src}: no such folder (nothing under it)')
+  for name, info in found.items():
+    rel = name[len(bare) + 1 :]
+    if patterns and not any(fnmatch.fnmatch(rel, pat) for pat in patterns):
+      continue
+    dst = os.path.join(local, rel)
+    if os.path.isfile(dst) and os.path.getsize(dst) == int(info['size']):
+      continue
+    os.makedirs(os.path.dirname(dst), exist_ok=True)
+    part = f'{dst}.part-{os.getpid()}'
+    fs.get_file(name, part)
+    os.replace(part, dst)
+  return local
