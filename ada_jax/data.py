@@ -33,6 +33,7 @@ import tensorflow_datasets as tfds
 from ada_jax import prompts as prompts_lib
 from ada_jax import tokenizer as tokenizer_lib
 from ada_jax.datasets import ada_arith, ada_columns, ada_math_local
+from ada_jax.infra import storage
 
 
 @dataclasses.dataclass(frozen=True)
@@ -117,9 +118,26 @@ def builder(
 
 def is_prepared(name: str, data_dir: str | os.PathLike[str]) -> bool:
   """Whether dataset `name` (default builder settings) is built in `data_dir`."""
+  if storage.is_remote(data_dir):
+    data_dir = _local_data_dir(data_dir)
   if not os.path.isdir(os.fspath(data_dir)):
     return False
   return builder(name.partition(':')[0], data_dir=data_dir).is_prepared()
+
+
+def _local_data_dir(data_dir: str | os.PathLike[str]) -> str:
+  """The local copy of a gs:// TFDS data dir (`storage.localize`), maybe empty.
+
+  TFDS's array_record files are written and read by a library that opens
+  local files only: a gs:// data dir is read from its local copy, and a
+  dataset built here is copied up (`load_examples`).
+  """
+  try:
+    return storage.localize(data_dir)
+  except FileNotFoundError:  # Nothing built there yet.
+    local = storage.local_copy_path(data_dir)
+    os.makedirs(local, exist_ok=True)
+    return local
 
 
 def load_examples(
@@ -159,8 +177,12 @@ def load_examples(
   """
   concrete = prompts_lib.resolve(template, name, tokenizer)
   tfds.display_progress_bar(False)
-  b = builder(name, data_dir=data_dir, **builder_kwargs)
+  remote = data_dir is not None and storage.is_remote(data_dir)
+  local_dir = _local_data_dir(data_dir) if remote else data_dir
+  b = builder(name, data_dir=local_dir, **builder_kwargs)
   if rebuild or not b.is_prepared():
+    if manual_dir is not None and storage.is_remote(manual_dir):
+      manual_dir = storage.localize(manual_dir)  # The JSONL / Parquet files.
     if isinstance(b, ada_math_local.AdaMathLocal):
       _check_manual_dir(b.builder_config, manual_dir)
     b.download_and_prepare(
@@ -174,6 +196,8 @@ def load_examples(
         try_download_gcs=False,
       )
     )
+    if remote:  # Built here: copied up for the other hosts and later runs.
+      storage.upload_dir(local_dir, data_dir)
   records = b.as_data_source(split=split)
   rows = records.__getitems__(range(len(records))) if len(records) else []
   problems = [_text(row['problem']) for row in rows]

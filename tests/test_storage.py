@@ -104,3 +104,50 @@ def test_main_refuses_an_unreachable_gs_workdir_in_one_line(gcs_emulator):
   assert out.returncode == 2, out.stderr[-2000:]
   lines = [x for x in out.stderr.splitlines() if 'no-such-bucket' in x]
   assert len(lines) == 1 and 'does not exist' in lines[0], out.stderr[-2000:]
+
+
+def test_data_dir_on_gs_is_built_once_then_read_from_the_bucket(
+  gcs_dir, tmp_path, monkeypatch
+):
+  """A gs:// TFDS data dir: built on local disk, copied up, read by other hosts.
+
+  The array_record writer opens local files only (it failed on gs://); a
+  second host (a fresh ADA_CACHE_DIR) reads the bucket's files without
+  building anything.
+  """
+  import tensorflow_datasets as tfds
+
+  from ada_jax import data
+
+  data_dir = f'{gcs_dir}/tfds'
+  kw = dict(data_dir=data_dir, template='tiny', num_train=220, num_test=55, seed=3)
+  monkeypatch.setenv('ADA_CACHE_DIR', str(tmp_path / 'host0'))
+  first = data.load_examples('ada_arith', 'train', **kw)
+  assert len(first) == 220
+  uploaded = storage._filesystem().find(data_dir)
+  assert any('.array_record-' in f for f in uploaded), uploaded
+
+  monkeypatch.setenv('ADA_CACHE_DIR', str(tmp_path / 'host1'))
+
+  def no_build(*a, **k):
+    raise AssertionError('built again instead of reading the bucket')
+
+  monkeypatch.setattr(tfds.core.DatasetBuilder, 'download_and_prepare', no_build)
+  assert data.load_examples('ada_arith', 'train', **kw) == first
+
+
+def test_emulator_host_is_passed_on_to_tensorstore():
+  """Tensorstore (orbax) does not read STORAGE_EMULATOR_HOST: storage passes it on."""
+  code = (
+    'import os\n'
+    'from ada_jax.infra import storage\n'
+    'print(os.environ["TENSORSTORE_GCS_HTTP_URL"], '
+    'os.environ["GOOGLE_AUTH_TOKEN_FOR_TESTING"])\n'
+  )
+  env = {k: v for k, v in os.environ.items() if 'TENSORSTORE' not in k}
+  env.pop('GOOGLE_AUTH_TOKEN_FOR_TESTING', None)
+  env['STORAGE_EMULATOR_HOST'] = 'http://127.0.0.1:9'
+  out = subprocess.run(
+    [sys.executable, '-c', code], capture_output=True, text=True, check=True, env=env
+  ).stdout.split()
+  assert out == ['http://127.0.0.1:9', 'emulator']

@@ -52,6 +52,24 @@ EMULATOR_VAR = 'STORAGE_EMULATOR_HOST'
 CACHE_VAR = 'ADA_CACHE_DIR'
 
 
+def point_clients_at_emulator() -> None:
+  """Passes `STORAGE_EMULATOR_HOST` on to the clients that do not read it.
+
+  tensorstore (orbax's checkpoints) takes its GCS endpoint from
+  `TENSORSTORE_GCS_HTTP_URL` and, without credentials, a fixed token from
+  `GOOGLE_AUTH_TOKEN_FOR_TESTING`; both are read when tensorstore first
+  opens a gs:// path, so this runs at import (before any checkpoint).
+  Values already set are kept.
+  """
+  host = os.environ.get(EMULATOR_VAR)
+  if host:
+    os.environ.setdefault('TENSORSTORE_GCS_HTTP_URL', host)
+    os.environ.setdefault('GOOGLE_AUTH_TOKEN_FOR_TESTING', 'emulator')
+
+
+point_clients_at_emulator()
+
+
 class StorageError(OSError):
   """A path cannot be reached (no client, no credentials); the message is one line."""
 
@@ -170,6 +188,12 @@ def cache_root() -> str:
   )
 
 
+def local_copy_path(p: str | os.PathLike[str]) -> str:
+  """Where `localize` keeps the local copy of gs:// folder `p`."""
+  bare = os.fspath(p).rstrip('/')[len('gs://') :]
+  return os.path.join(cache_root(), 'gs', bare)
+
+
 def localize(p: str | os.PathLike[str], patterns: Sequence[str] = ()) -> str:
   """A local folder with the files of folder `p` (local `p`: itself).
 
@@ -185,7 +209,7 @@ def localize(p: str | os.PathLike[str], patterns: Sequence[str] = ()) -> str:
   src = os.fspath(p).rstrip('/')
   fs = _filesystem()
   bare = src[len('gs://') :]
-  local = os.path.join(cache_root(), 'gs', bare)
+  local = local_copy_path(src)
   found = fs.find(src, detail=True)
   if not found:
     raise FileNotFoundError(f'{src}: no such folder (nothing under it)')
