@@ -3,9 +3,11 @@ r"""Ave@k and pass@k of a policy on benchmark sets (reference section 8.2).
   python -m ada_jax.evaluate --config CONFIG[:arg] --checkpoint DIR \
       --datasets math500,minerva_math,olympiadbench,aime_like --k 32 \
       [--out DIR] [--max-new-tokens N] [--temperature 1.0] [--slots S] \
-      [--graders ada|reference] [--config.key=value ...]
+      [--graders ada|reference] [--step N|latest|all] [--config.key=value ...]
 
-DIR is a run workdir (its latest checkpoint's params are restored
+DIR is a run workdir (its latest checkpoint's params, or those of a kept
+step: `--step N`, or each kept step into OUT/step_N with `--step all`; a
+step not kept is one line listing the kept ones, exit 2; restored
 read-only through `from_config.policy`, so the config must describe the
 run's model; nothing in DIR is written but OUT) or a Hugging Face directory
 (config.json + safetensors; its tokenizer unless `model.tokenizer_path` is
@@ -207,6 +209,7 @@ def evaluate(
   seed: int = 42,
   verify_fn=None,
   graders: str = 'ada',
+  step: int | None = None,
 ) -> dict[str, Any]:
   """Samples and scores every set; writes OUT/eval.json and OUT/eval.md.
 
@@ -223,6 +226,7 @@ def evaluate(
     verify_fn: replaces `verifier.verify_batch` (tests); called with
       `backend=` for any grader but ours.
     graders: `ada` (ours everywhere) or `reference` (`grader_for`).
+    step: a kept checkpoint's step (None: the latest usable one).
 
   Returns:
     The report written to eval.json.
@@ -241,7 +245,7 @@ def evaluate(
     backends.check(grader)
   if out_dir != os.path.join(checkpoint, 'eval'):
     run_dir.refuse_run_dir(out_dir, '--out')
-  policy = from_config.policy(c, checkpoint)
+  policy = from_config.policy(c, checkpoint, step)
   model, tok, step = policy.model, policy.tok, policy.step
   positions = policy.max_positions
   bucket = c.data.prompt_bucket
@@ -328,7 +332,14 @@ def parser() -> argparse.ArgumentParser:
   p.add_argument('--checkpoint', required=True, help='run workdir or HF dir')
   p.add_argument('--datasets', default='math500,minerva_math,olympiadbench,aime_like')
   p.add_argument('--k', type=int, default=32)
-  p.add_argument('--out', default=None, help='default: CHECKPOINT/eval')
+  p.add_argument(
+    '--out', default=None, help='default: CHECKPOINT/eval (with --step all: /step_N)'
+  )
+  p.add_argument(
+    '--step',
+    default='latest',
+    help="a run's kept checkpoint: its step, latest, or all (one report each)",
+  )
   p.add_argument('--max-new-tokens', type=int, default=DEFAULT_MAX_NEW_TOKENS)
   p.add_argument('--temperature', type=float, default=1.0)
   p.add_argument('--slots', type=int, default=None, help='default: rl.slots')
@@ -348,6 +359,7 @@ def main(argv: Sequence[str] | None = None) -> None:
   parser_ = parser()
   args, rest = from_config.parse_command_line(parser_, argv)
   logging.getLogger().setLevel(logging.INFO)
+  from ada_jax.infra import checkpoint as checkpoint_lib
   from ada_jax.infra import multihost, run_dir
 
   try:
@@ -360,19 +372,32 @@ def main(argv: Sequence[str] | None = None) -> None:
       c.model.hf_path = args.checkpoint
   try:
     from_config.validate(c)
-    evaluate(
-      c,
-      args.checkpoint,
-      [d.strip() for d in args.datasets.split(',') if d.strip()],
-      k=args.k,
-      out_dir=args.out or os.path.join(args.checkpoint, 'eval'),
-      max_new_tokens=args.max_new_tokens,
-      temperature=args.temperature,
-      slots=args.slots,
-      seed=args.seed,
-      graders=args.graders,
-    )
+    which = checkpoint_lib.parse_step(args.step)
+    out = args.out or os.path.join(args.checkpoint, 'eval')
+    runs = [(None if which == 'latest' else which, out)]
+    if which == 'all':
+      kept = checkpoint_lib.kept_steps(args.checkpoint)
+      if not kept:
+        raise FileNotFoundError(f'--step all: no kept checkpoint in {args.checkpoint}')
+      runs = [(s, os.path.join(out, f'step_{s}')) for s in kept]
+    for step, out_dir in runs:
+      evaluate(
+        c,
+        args.checkpoint,
+        [d.strip() for d in args.datasets.split(',') if d.strip()],
+        k=args.k,
+        out_dir=out_dir,
+        max_new_tokens=args.max_new_tokens,
+        temperature=args.temperature,
+        slots=args.slots,
+        seed=args.seed,
+        graders=args.graders,
+        step=step,
+      )
   except from_config.ConfigError as e:  # Bad input (e.g. the vocabulary): 2.
+    print(f'error: {e}', file=sys.stderr)
+    sys.exit(exit_codes.BAD_INPUT)
+  except checkpoint_lib.StepNotKeptError as e:  # Bad input: 2, listing the steps.
     print(f'error: {e}', file=sys.stderr)
     sys.exit(exit_codes.BAD_INPUT)
   except (FileNotFoundError, ImportError, ValueError, run_dir.WorkdirError) as e:

@@ -1,6 +1,6 @@
 r"""Exports a run's latest checkpoint as a Hugging Face directory.
 
-  python -m ada_jax.export --workdir DIR --out HF_DIR \
+  python -m ada_jax.export --workdir DIR --out HF_DIR [--step N|latest] \
       [--config configs/tiny_arith.py[:arg] [--config.key=value ...]]
 
 The run's config comes from `DIR/config.json` (written by the trainer's
@@ -141,13 +141,14 @@ def write_tokenizer(tok, out: str, template: str) -> None:
     json.dump(config, f, indent=2, sort_keys=True)
 
 
-def export(c, workdir: str, out: str) -> int:
-  """Writes the latest checkpoint of `workdir` as an HF directory at `out`.
+def export(c, workdir: str, out: str, step: int | None = None) -> int:
+  """Writes the latest checkpoint of `workdir` (or `step`'s) as an HF directory.
 
   Args:
     c: the run's config (ConfigDict).
     workdir: run directory holding `checkpoints/`.
-    out: output directory (created).
+    out: output directory (created; local or gs://).
+    step: a kept checkpoint's step (None: the latest usable one).
 
   Returns:
     The exported checkpoint's step.
@@ -171,7 +172,7 @@ def export(c, workdir: str, out: str) -> int:
   mesh = sharding.make_mesh((1, -1, 1))
   graphdef, target = sharding.abstract_model(config, mesh, sharding.TRAIN_RULES)
   storage.require(out)  # gs://: gcsfs and credentials, before the restore.
-  step, params, _ = checkpoint_lib.restore_params(workdir, target)
+  step, params, _ = checkpoint_lib.restore_params(workdir, target, step)
   # safetensors and the tokenizer write local files: a gs:// export is
   # written into a local folder, then copied up.
   with tempfile.TemporaryDirectory(prefix='ada_export_') as tmp:
@@ -193,6 +194,7 @@ def parser() -> argparse.ArgumentParser:
   )
   p.add_argument('--workdir', required=True, help='the run directory')
   p.add_argument('--out', required=True, help='the HF directory to write')
+  p.add_argument('--step', default='latest', help="a kept checkpoint's step, or latest")
   p.add_argument(
     '--config', default=None, help='configs/NAME.py[:arg] (default: DIR/config.json)'
   )
@@ -206,6 +208,8 @@ def main(argv: Sequence[str] | None = None) -> None:
   if rest and args.config is None:
     p.error('--config.KEY=VALUE overrides need --config')
   logging.getLogger().setLevel(logging.INFO)
+  from ada_jax.infra import checkpoint as checkpoint_lib
+  from ada_jax.infra import exit_codes
 
   try:
     c = (
@@ -213,7 +217,13 @@ def main(argv: Sequence[str] | None = None) -> None:
       if args.config is not None
       else read_config(args.workdir)
     )
-    step = export(c, args.workdir, args.out)
+    which = checkpoint_lib.parse_step(args.step)
+    if which == 'all':
+      raise ValueError('--step all: export takes one step (a number, or latest)')
+    step = export(c, args.workdir, args.out, None if which == 'latest' else which)
+  except checkpoint_lib.StepNotKeptError as e:  # Bad input: 2, listing the steps.
+    print(f'error: {e}', file=sys.stderr)
+    sys.exit(exit_codes.BAD_INPUT)
   except (FileNotFoundError, ValueError, OSError) as e:  # WorkdirError, StorageError
     sys.exit(f'error: {e}')
   print(f'exported step {step} of {args.workdir} to {args.out}')

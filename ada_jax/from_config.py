@@ -846,8 +846,8 @@ def is_hf_dir(path: str) -> bool:
   )
 
 
-def policy(c: Any, checkpoint: str) -> Policy:
-  """The params of a run's latest checkpoint (or an HF dir), read-only.
+def policy(c: Any, checkpoint: str, step: int | None = None) -> Policy:
+  """The params of a run's latest checkpoint, or `step`'s (or an HF dir), read-only.
 
   Nothing in `checkpoint` is written: the params are restored through a
   read-only reader straight into the sampling layout, and the tiny
@@ -868,6 +868,9 @@ def policy(c: Any, checkpoint: str) -> Policy:
   mesh_ = mesh(c)
   if is_hf_dir(checkpoint):
     from ada_jax import tokenizer as tokenizer_lib
+
+    if step is not None:
+      raise ValueError(f'--step {step}: {checkpoint} is an HF directory, not a run')
 
     model = model_lib.with_config(
       _load_hf(
@@ -893,7 +896,7 @@ def policy(c: Any, checkpoint: str) -> Policy:
   tok = tokenizer(c)
   config = model_config(c, tok)
   graphdef, target = sharding.abstract_model(config, mesh_, sharding.SAMPLE_RULES)
-  step, params, _ = checkpoint_lib.restore_params(checkpoint, target)
+  step, params, _ = checkpoint_lib.restore_params(checkpoint, target, step)
   model = nnx.merge(graphdef, params)
   return Policy(model, tok, step, config.max_position_embeddings, checkpoint)
 

@@ -12,6 +12,7 @@ import pathlib
 
 import numpy as np
 import pytest
+from flax import nnx
 
 from ada_jax import evaluate, from_config, hf
 from ada_jax.infra import storage
@@ -218,6 +219,64 @@ def test_evaluate_reads_model_and_checkpoint_from_gs(
   assert reports[1]['datasets']['custom'] == reports[0]['datasets']['custom']
   cached = tmp_path / 'cache' / 'gs' / gcs_dir[len('gs://') :] / 'hf'
   assert (cached / 'model.safetensors').is_file()
+
+
+def test_step_picks_a_kept_checkpoint_in_evaluate_and_export(run, tmp_path, capsys):
+  """`--step N | latest | all`, the same in evaluate and export.
+
+  A run with checkpoints at steps 0 and 1 (different params): export --step 0
+  and --step 1 give those steps' weights (latest = 1); evaluate --step all
+  writes one report per kept step; a step that is not kept is one line
+  listing the kept ones, exit 2. Only the latest could be read before.
+  """
+  import jax
+
+  from ada_jax import export
+  from ada_jax.infra import checkpoint as checkpoint_lib
+
+  c = from_config.load(
+    str(ROOT / 'configs' / 'tiny_arith.py') + ':task=format', run['overrides']
+  )
+  workdir = str(tmp_path / 'run')
+  trainer = from_config.trainer(c, workdir)
+  trainer.save(force=True)
+  trainer.ckpt.wait()
+  trainer.step = 1
+  trainer.state = jax.tree.map(lambda x: x * 0.5, trainer.state)
+  trainer.save(force=True)
+  trainer.ckpt.wait()
+  assert checkpoint_lib.kept_steps(workdir) == [0, 1]
+
+  weights = {}
+  for step in ('0', '1', 'latest'):
+    out = tmp_path / f'hf_{step}'
+    export.main(['--workdir', workdir, '--out', str(out), '--step', step])
+    weights[step] = hf.load_model(str(out))
+  first, second, latest = (
+    jax.tree.leaves(nnx.state(weights[s], nnx.Param)) for s in ('0', '1', 'latest')
+  )
+  for a, b, last in zip(first, second, latest, strict=True):
+    np.testing.assert_array_equal(np.asarray(b), np.asarray(a) * 0.5)
+    np.testing.assert_array_equal(np.asarray(last), np.asarray(b))
+
+  for command in (
+    lambda: export.main(
+      ['--workdir', workdir, '--out', str(tmp_path / 'x'), '--step', '7']
+    ),
+    lambda: evaluate.main(_argv(run, workdir, tmp_path / 'e7', '--step', '7')),
+  ):
+    with pytest.raises(SystemExit) as stop:
+      command()
+    assert stop.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].endswith('step 7 is not a kept checkpoint (kept: 0, 1)'), err
+
+  out = tmp_path / 'all'
+  evaluate.main(_argv(run, workdir, out, '--step', 'all'))
+  steps = {
+    json.loads((out / f'step_{s}' / 'eval.json').read_text())['step'] for s in (0, 1)
+  }
+  assert steps == {0, 1}
 
 
 def test_evaluate_without_checkpoint_fails(tmp_path, run):

@@ -66,6 +66,10 @@ class CorruptCheckpointError(RuntimeError):
   """A step directory that is incomplete or does not match its checksums."""
 
 
+class StepNotKeptError(FileNotFoundError):
+  """The asked step is not among the run's kept checkpoints; one line listing them."""
+
+
 class CheckpointMismatchError(ValueError):
   """A checkpoint whose leaf paths or shapes differ from the restore target."""
 
@@ -161,16 +165,18 @@ def _pytree_handler() -> ocp.PyTreeCheckpointHandler:
 
 
 def restore_params(
-  workdir: str | epath.PathLike, abstract_params: PyTree
+  workdir: str | epath.PathLike, abstract_params: PyTree, step: int | None = None
 ) -> tuple[int, PyTree, dict[str, Any]]:
-  """(step, params, extras) of another run's latest usable checkpoint.
+  """(step, params, extras) of another run's latest usable checkpoint (or `step`'s).
 
   For readers of a finished or running run (evaluation, export, prompt
   selection, warm starts): params only, placed as `abstract_params`'
   shardings say; nothing in `workdir` is written (a read-only reader).
 
   Raises:
-    FileNotFoundError: `workdir` has no usable checkpoint.
+    FileNotFoundError: `workdir` has no usable checkpoint
+      (`StepNotKeptError`: `step` is not one of its kept checkpoints).
+    CorruptCheckpointError: `step`'s checkpoint is unusable.
     NonFiniteParamsError: its params hold NaN or inf (a diverged run).
     FailedRunError: the run stopped as dead (its summary.json records
       `failed`, e.g. every update non-finite): its last params may be finite
@@ -185,7 +191,10 @@ def restore_params(
     )
   ckpt = Checkpointer(workdir, read_only=True)
   try:
-    got = ckpt.restore_latest(abstract_params)
+    if step is None:
+      got = ckpt.restore_latest(abstract_params)
+    else:
+      got = ckpt.restore_step(step, abstract_params)
   finally:
     ckpt.close()
   if got is None:
@@ -193,6 +202,28 @@ def restore_params(
   step, params, _, extras = got
   check_finite(params, f'{os.fspath(workdir)} step {step}')
   return step, params, extras
+
+
+def kept_steps(workdir: str | epath.PathLike) -> list[int]:
+  """Steps of a run's finished checkpoints, ascending (read-only)."""
+  ckpt = Checkpointer(workdir, read_only=True)
+  try:
+    return ckpt.steps()
+  finally:
+    ckpt.close()
+
+
+def parse_step(text: str) -> int | str:
+  """`--step`: a step number, 'latest' or 'all' (ValueError naming the flag otherwise)."""
+  if text in ('latest', 'all'):
+    return text
+  try:
+    step = int(text)
+  except ValueError:
+    step = -1
+  if step < 0:
+    raise ValueError(f'--step {text!r}: a step number, latest or all')
+  return step
 
 
 class Checkpointer:
@@ -513,25 +544,13 @@ class Checkpointer:
       CheckpointMismatchError: (a ValueError) a checkpoint's leaf paths or
         shapes differ from the target: a changed config, not a corrupt file.
     """
-    targets = {'params': fmt.flat(abstract_params)}
-    if abstract_opt_state is not None:
-      targets['opt_state'] = fmt.flat(abstract_opt_state)
-    self._checksums([x for named, _ in targets.values() for x in named.values()], True)
+    targets = self._targets(abstract_params, abstract_opt_state)
     if not self.read_only:  # A reader may be looking at a save in progress.
       self._warn_unfinished()
     for step in reversed(self.steps()):
-      out, reason = None, 'failed on another host'
-      try:
-        out = self._restore_step(step, targets)
-      except CheckpointMismatchError:
-        raise
-      except Exception as e:  # Any read failure means a corrupt step.
-        reason = f'{type(e).__name__}: {e}'[:500]
-      # All hosts agree before going on: each one reads only some shards.
-      if not multihost.any_host(out is None):
-        out, reason = self._verify(step, *out)
-        if out is not None:
-          return out
+      out, reason = self._try_step(step, targets)
+      if out is not None:
+        return out
       logging.warning(
         'checkpoint: step %d in %s is unusable (%s); trying the previous one',
         step,
@@ -542,6 +561,54 @@ class Checkpointer:
       if not self.read_only:
         self._quarantine(step)
     return None
+
+  def restore_step(
+    self, step: int, abstract_params: PyTree, abstract_opt_state: PyTree | None = None
+  ) -> tuple[int, PyTree, PyTree, dict[str, Any]]:
+    """Restores the checkpoint of `step` (as `restore_latest`, no fallback).
+
+    Raises:
+      StepNotKeptError: `step` is not a finished checkpoint here (the message
+        lists the kept steps).
+      CorruptCheckpointError: it is there but unreadable or fails its checks.
+    """
+    kept = self.steps()
+    if step not in kept:
+      listed = ', '.join(map(str, kept)) or 'none'
+      raise StepNotKeptError(
+        f'{self.directory}: step {step} is not a kept checkpoint (kept: {listed})'
+      )
+    out, reason = self._try_step(
+      step, self._targets(abstract_params, abstract_opt_state)
+    )
+    if out is None:
+      raise CorruptCheckpointError(
+        f'{self.directory}: step {step} is unusable ({reason})'
+      )
+    return out
+
+  def _targets(
+    self, abstract_params: PyTree, abstract_opt_state: PyTree | None
+  ) -> dict:
+    targets = {'params': fmt.flat(abstract_params)}
+    if abstract_opt_state is not None:
+      targets['opt_state'] = fmt.flat(abstract_opt_state)
+    self._checksums([x for named, _ in targets.values() for x in named.values()], True)
+    return targets
+
+  def _try_step(self, step: int, targets: dict[str, tuple]) -> tuple[Any, str]:
+    """(restored tuple, '') or (None, why the step is unusable), agreed by all hosts."""
+    out, reason = None, 'failed on another host'
+    try:
+      out = self._restore_step(step, targets)
+    except CheckpointMismatchError:
+      raise
+    except Exception as e:  # Any read failure means a corrupt step.
+      reason = f'{type(e).__name__}: {e}'[:500]
+    # All hosts agree before going on: each one reads only some shards.
+    if not multihost.any_host(out is None):
+      return self._verify(step, *out)
+    return None, reason
 
   def _restore_step(self, step: int, targets: dict[str, tuple]) -> tuple:
     if not (self.directory / str(step) / _COMMIT_MARKER).exists():
