@@ -396,11 +396,6 @@ class VocabError(ValueError):
   """A tokenizer id the embedding has no row for; the message is one line."""
 
 
-# A tokenizer's files in an HF directory (no weights): what a gs:// folder's
-# local copy needs for the tokenizer alone.
-_TOKENIZER_FILES = ('*.json', '*.txt', '*.model', '*.jinja')
-
-
 def tokenizer_size(path: str | os.PathLike) -> int | None:
   """1 + the largest id of `path/tokenizer.json` (special tokens included).
 
@@ -511,8 +506,6 @@ def load_model(
     VocabError: a tokenizer id outside the embedding.
   """
   path = storage.localize(path)  # gs://: a local copy, downloaded once.
-  if tokenizer_dir:
-    tokenizer_dir = storage.localize(tokenizer_dir, _TOKENIZER_FILES)
   config = config_from_hf(
     read_hf_config(path),
     dtype=dtype,
