@@ -116,18 +116,12 @@ def run(argv: Sequence[str]) -> int:
     ):
       if is_main:
         run_dir.check_writable(args.workdir)
-        if '://' in args.workdir:
-          logging.warning(
-            'no run lease on %s: object-store leases come with the path layer',
-            args.workdir,
-          )
-        else:
-          lease = lease_lib.Lease(
-            lease_lib.LocalStore(args.workdir),
-            where=f'--workdir {args.workdir}',
-            command=' '.join(['python -m ada_jax.main', *argv]),
-          )
-          lease.acquire()
+        lease = lease_lib.Lease(
+          lease_lib.store_for(args.workdir),
+          where=f'--workdir {args.workdir}',
+          command=' '.join(['python -m ada_jax.main', *argv]),
+        )
+        lease.acquire()
         ident = from_config.identity(c, args.workdir, args.extend_steps).to_json()
     ident = from_config.Identity.from_json(multihost.broadcast_json_from_main(ident))
     with c.unlocked():

@@ -1,10 +1,15 @@
 """One writer per run: the run directory's lease (issue 39, item 1).
 
 Two main jobs on one workdir used to both resume and append rows. The lease
-logic is checked over the local store and over an in-memory stand-in that
-honours generation preconditions the way Cloud Storage does (the GCS
-emulator does not), so a GCS store can plug in later; then two real
-processes start at once on a fresh and on a half-finished workdir.
+logic is checked over the local store, over the Cloud Storage store against
+the GCS emulator, and over an in-memory stand-in; then two real processes
+start at once on a fresh and on a half-finished workdir, local and gs://.
+
+`gcp-storage-emulator` ignores `ifGenerationMatch` (a create over an
+existing object succeeds), so `honoured_preconditions` makes it answer as
+Cloud Storage does: 412 when the object's generation is not the one asked
+for, 404 for a read pinned to a generation that is gone. Everything else
+(the HTTP calls, the generations, the client) is the emulator's and gcsfs's.
 """
 
 import json
@@ -14,6 +19,7 @@ import subprocess
 import sys
 import threading
 import time
+from http import HTTPStatus
 
 import pytest
 
@@ -52,11 +58,66 @@ class GenerationStore:
       return True
 
 
-@pytest.fixture(params=['local', 'generations'])
+@pytest.fixture
+def honoured_preconditions(gcs_emulator, monkeypatch):
+  """The emulator, answering generation preconditions as Cloud Storage does."""
+  from gcp_storage_emulator import exceptions, server
+  from gcp_storage_emulator.handlers import objects
+
+  lock = threading.RLock()
+
+  def generation(storage, bucket, name):
+    try:
+      return int(storage.get_file_obj(bucket, name)['generation'])
+    except exceptions.NotFound:
+      return 0
+
+  def refuse(response, status):
+    response.status = status
+    response.json({'error': {'code': int(status), 'message': status.phrase}})
+
+  def guarded(handler, object_name):
+    def wrapped(request, response, storage, *args, **kwargs):
+      query = request.query
+      with lock:
+        current = generation(
+          storage, request.params['bucket_name'], object_name(request)
+        )
+        if 'ifGenerationMatch' in query and current != int(
+          query['ifGenerationMatch'][0]
+        ):
+          return refuse(response, HTTPStatus.PRECONDITION_FAILED)
+        if 'generation' in query and current != int(query['generation'][0]):
+          return refuse(response, HTTPStatus.NOT_FOUND)
+        return handler(request, response, storage, *args, **kwargs)
+
+    return wrapped
+
+  by_path = lambda request: request.params['object_id']  # noqa: E731
+  by_query = lambda request: request.query['name'][0]  # noqa: E731
+  wrapped = {
+    objects.insert: guarded(objects.insert, by_query),
+    objects.delete: guarded(objects.delete, by_path),
+    objects.get: guarded(objects.get, by_path),
+  }
+  for _, handlers in server.HANDLERS:
+    for method, handler in list(handlers.items()):
+      if handler in wrapped:
+        monkeypatch.setitem(handlers, method, wrapped[handler])
+  monkeypatch.setattr(objects, 'insert', wrapped[objects.insert])  # Router's fallback
+  return gcs_emulator
+
+
+@pytest.fixture(params=['local', 'gcs', 'generations'])
 def store(request, tmp_path):
-  return (
-    lease_lib.LocalStore(tmp_path) if request.param == 'local' else GenerationStore()
-  )
+  if request.param == 'local':
+    return lease_lib.LocalStore(tmp_path)
+  if request.param == 'gcs':
+    import uuid
+
+    bucket = request.getfixturevalue('honoured_preconditions')
+    return lease_lib.GcsStore(f'{bucket}/lease-{uuid.uuid4().hex[:8]}')
+  return GenerationStore()
 
 
 def _plant(store, **fields):
@@ -161,6 +222,7 @@ sys.exit(main.run(sys.argv[1:]))
 
 
 def _two_at_once(workdir):
+  """Starts two jobs on `workdir` at once; their (exit code, stderr, stdout)."""
   cmd = [
     sys.executable, '-c', _JOB, '--config', 'configs/tiny_arith.py',
     '--workdir', str(workdir),
@@ -197,3 +259,17 @@ def test_two_jobs_at_once_on_a_half_finished_workdir(tmp_path):
   (workdir / 'metrics.jsonl').write_text(rows)
   _check_one_proceeded(_two_at_once(workdir), workdir)
   assert (workdir / 'metrics.jsonl').read_text() == rows
+
+
+def test_two_jobs_at_once_on_a_gcs_workdir(honoured_preconditions):
+  import uuid
+
+  from ada_jax.infra import storage
+
+  workdir = f'{honoured_preconditions}/two-{uuid.uuid4().hex[:8]}'
+  results = _two_at_once(workdir)
+  codes = sorted(code for code, _, _ in results)
+  assert codes == [exit_codes.BAD_INPUT, exit_codes.BUSY], results
+  (busy_err,) = [err for code, err, _ in results if code == exit_codes.BUSY]
+  assert f'--workdir {workdir} is in use by host' in busy_err, busy_err
+  assert not storage.path(f'{workdir}/{lease_lib.LEASE_FILE}').exists()

@@ -15,12 +15,13 @@ Every write is conditional, so two takers cannot both win: the lease goes
 through a small `Store` whose `put(name, data, generation)` writes only if
 the object's current generation is `generation` (0: only if absent) and
 returns the new generation, or None when the precondition failed. That is
-Cloud Storage's `ifGenerationMatch` contract, so a GCS store (the path layer
-of the pod-journey issue, not built yet) plugs in as one more `Store`;
-`LocalStore` gives local disks the same contract with an `O_EXCL` create and,
-for a replace, an `flock`ed compare then an atomic rename. The tests run the
-lease over both this and an in-memory stand-in that honours generations the
-way GCS does (the GCS emulator does not).
+Cloud Storage's `ifGenerationMatch` contract: `GcsStore` passes it to GCS
+itself (object generations, HTTP 412 on a failed precondition), and
+`LocalStore` gives local disks the same contract with an `O_EXCL` create
+and, for a replace, an `flock`ed compare then an atomic rename; `store_for`
+picks one by the workdir. The tests run the lease over both stores, the GCS
+one against the emulator made to honour preconditions as GCS does (the
+emulator alone ignores them), and over an in-memory stand-in.
 
 The heartbeat renews with the generation it last wrote: if another process
 took the lease over meanwhile (this one was paused past `stale_s`), the
@@ -140,6 +141,90 @@ class LocalStore:
       with contextlib.suppress(FileNotFoundError):
         os.unlink(self._path(name))
       return True
+
+
+class GcsStore:
+  """A `Store` on a Cloud Storage folder (`gs://bucket/run`).
+
+  The objects' own generations, through gcsfs's authenticated session (the
+  one `infra.storage` configures, emulator included): a write is a media
+  upload with `ifGenerationMatch` (0: only if absent), a delete carries the
+  same precondition, and GCS answers 412 when it fails. gcsfs has no
+  conditional write of its own beyond "create", hence the raw JSON-API
+  calls.
+  """
+
+  def __init__(self, directory: str):
+    from ada_jax.infra import storage
+
+    if not storage.is_remote(directory):
+      raise ValueError(f'not a gs:// folder: {directory}')
+    self.directory = directory.rstrip('/')
+    self._bucket, _, self._prefix = self.directory[len('gs://') :].partition('/')
+
+  def _fs(self):
+    from ada_jax.infra import storage
+
+    return storage._filesystem()
+
+  def _key(self, name: str) -> str:
+    return f'{self._prefix}/{name}' if self._prefix else name
+
+  def get(self, name: str) -> tuple[bytes, int] | None:
+    fs, key = self._fs(), self._key(name)
+    for _ in range(8):  # Replaced between the two reads: read again.
+      try:
+        meta = fs.call('GET', 'b/{}/o/{}', self._bucket, key, json_out=True)
+        generation = int(meta['generation'])
+        # Pinned to that generation: content and generation agree.
+        _, data = fs.call(
+          'GET', 'b/{}/o/{}', self._bucket, key, alt='media', generation=generation
+        )
+      except FileNotFoundError:
+        if fs.exists(f'{self._bucket}/{key}', refresh=True):
+          continue
+        return None
+      return bytes(data), generation
+    raise OSError(f'{self.directory}/{name} changes faster than it can be read')
+
+  def put(self, name: str, data: bytes, generation: int) -> int | None:
+    fs, key = self._fs(), self._key(name)
+    try:
+      meta = fs.call(
+        'POST',
+        f'{fs._location}/upload/storage/v1/b/{{}}/o',
+        self._bucket,
+        uploadType='media',
+        name=key,
+        ifGenerationMatch=str(generation),
+        data=data,
+        headers={'Content-Type': 'application/octet-stream'},
+        json_out=True,
+      )
+    except FileExistsError:  # 412: the precondition failed.
+      return None
+    fs.invalidate_cache(f'{self._bucket}/{key}')
+    return int(meta['generation'])
+
+  def delete(self, name: str, generation: int) -> bool:
+    fs, key = self._fs(), self._key(name)
+    try:
+      fs.call(
+        'DELETE', 'b/{}/o/{}', self._bucket, key, ifGenerationMatch=str(generation)
+      )
+    except (FileExistsError, FileNotFoundError):  # 412, or already gone.
+      return False
+    fs.invalidate_cache(f'{self._bucket}/{key}')
+    return True
+
+
+def store_for(workdir: str | os.PathLike[str]) -> Store:
+  """The store of a run directory: `GcsStore` for gs://, else `LocalStore`."""
+  from ada_jax.infra import storage
+
+  if storage.is_remote(workdir):
+    return GcsStore(os.fspath(workdir))
+  return LocalStore(workdir)
 
 
 def _with_generation(data: bytes, generation: int) -> bytes:
@@ -263,8 +348,11 @@ class Lease:
       current = self.store.get(self.name)
       if current is None:
         generation = self.store.put(self.name, self._record(me), 0)
+      elif (holder := _parse(current[0])) is not None and holder.token == me.token:
+        # Our write landed but its answer was lost (a retried request
+        # then saw its own object): ours.
+        generation = current[1]
       else:
-        holder = _parse(current[0])
         why = stale_reason(holder, time.time(), self.stale_s)
         if why is None:
           raise LeaseBusyError(
