@@ -75,6 +75,13 @@ Commands:
                          chips) before the job starts; a failure is one line per
                          worker and nothing starts (--ignore-plan: a plan that does
                          not fit is reported, not refused)
+  eval ARGS...           start `python -m ada_jax.evaluate ARGS...` on every worker, like
+                         run (log, pid file, exit code, status, stop): ARGS are evaluate's
+                         own (--config, --checkpoint gs://RUN or gs://HF_DIR, --step
+                         N|latest|all, --out gs://..., --config.key=value), checked here
+                         first; launcher options go before `eval`
+  export ARGS...         the same for `python -m ada_jax.export ARGS...` (--workdir
+                         gs://RUN, --out gs://HF_DIR, --step N|latest)
   logs                   tail the log of worker 0 (or --worker N|all)
   status                 TPU state (READY, PREEMPTED...) and, per worker, its code
                          commit, the job and the log's last line. The job: `running
@@ -82,7 +89,10 @@ Commands:
                            exit 0: finished
                            exit 75: stopped after a checkpoint: resumable (run again
                              with the same --workdir)
+                           exit 73: busy: another live process holds the --workdir
                            failed (exit N): see logs   (any other code)
+                         then which job it is (its log's name: RUN.STAMP, eval.RUN.STAMP,
+                         export.RUN.STAMP)
   stop                   SIGTERM the job on every worker (it checkpoints, then exits
                          75), SIGKILL after --grace seconds; --force kills at once
   delete                 delete the TPU VM (gcloud asks; --yes does not)
@@ -100,9 +110,11 @@ Options (environment variable in brackets):
                          v5litepod v2-alpha-tpuv5-lite, v6e v2-alpha-tpuv6e)
   --spot | --preemptible create a spot (or legacy preemptible) TPU
   --workdir gs://B/DIR   run: checkpoints + metrics; the same workdir resumes [ADA_WORKDIR]
-  --cache-dir DIR        run: JAX persistent compilation cache, gs:// or a local path
-                         on the workers [ADA_CACHE_DIR] (default: WORKDIR/jax_cache)
-  --env KEY=VALUE        run: extra environment variable for the job (repeatable)
+  --cache-dir DIR        run/eval/export: JAX persistent compilation cache, gs:// or a
+                         local path on the workers [ADA_CACHE_DIR] (default:
+                         WORKDIR/jax_cache; eval: CHECKPOINT/jax_cache)
+  --env KEY=VALUE        run/eval/export: extra environment variable for the job
+                         (repeatable; the value is never printed)
   --allow-dirty          setup: ship HEAD even with uncommitted changes (not shipped)
   --no-check             setup: skip the all-workers pod check
   --ignore-plan          setup/run: the pod check reports a plan that does not fit
@@ -136,9 +148,14 @@ sq() {
 
 # A multi-line remote script prints as a quoted here-document: valid bash,
 # and it reads as the script the workers run.
+# The values given with --env never print (they are often tokens).
 show_cmd() {
-  local out=() a nl=$'\n'
+  local out=() a e line nl=$'\n'
   for a in "$@"; do
+    for e in ${EXTRA_ENV[@]+"${EXTRA_ENV[@]}"}; do
+      line="export ${e%%=*}=$(sq "${e#*=}")"
+      a=${a//"$line"/"export ${e%%=*}='<hidden>'"}
+    done
     if [[ $a =~ ^(--[A-Za-z0-9-]+=)(.*)$ && $a == *"$nl"* ]]; then
       out+=("${BASH_REMATCH[1]}\"\$(cat <<'REMOTE'$nl${BASH_REMATCH[2]}${nl}REMOTE$nl)\"")
     elif [[ $a =~ ^(--[A-Za-z0-9-]+=)(.*)$ ]]; then
@@ -429,35 +446,45 @@ cmd_run() {
   else
     echo "launch_tpu.sh: warning: $file is not in this checkout, so not checked here; the workers run the tree shipped by setup" >&2
   fi
-  local cache=${CACHE_DIR:-${WORKDIR%/}/jax_cache} stamp run_name e env_lines=""
-  stamp=$(date -u +%Y%m%dT%H%M%SZ)
-  run_name=$(basename "$WORKDIR")
-  for e in ${EXTRA_ENV[@]+"${EXTRA_ENV[@]}"}; do
-    [[ $e =~ ^[A-Za-z_][A-Za-z0-9_]*=.*$ ]] || die "--env wants KEY=VALUE, got '$e'"
-    env_lines+="export ${e%%=*}=$(sq "${e#*=}")"$'\n'
-  done
-  local main_args="" a
-  for a in -m ada_jax.main --config "$config" --workdir "$WORKDIR" ${overrides[@]+"${overrides[@]}"}; do
-    main_args+=" $(sq "$a")"
-  done
+  local main_args=(-m ada_jax.main --config "$config" --workdir "$WORKDIR" ${overrides[@]+"${overrides[@]}"})
   describe_pod
   note "1/3: check every worker is set up and its TPU is free (all or none start)"
+  workers_ready
+  note "2/3: pod check on every worker (mesh, rows, plan; programs at 2 layers)"
+  pod_check "$config" 2 ${overrides[@]+"${overrides[@]}"}
+  note "3/3: start the job on every worker"
+  start_job "$(basename "$WORKDIR")" "${CACHE_DIR:-${WORKDIR%/}/jax_cache}" "${main_args[@]}"
+}
+
+# Every worker has the code and a venv, and nothing holds its TPU.
+workers_ready() {
   ssh_workers all "$(remote <<EOF
 [[ -f \$CODE_DIR/COMMIT && -x \$VENV/bin/python ]] || { echo "\$(hostname): not set up; ./launch_tpu.sh setup" >&2; exit 1; }
 $TPU_FREE_CHECK
 echo "\$(hostname): code \$(cat "\$CODE_DIR/COMMIT"), ready"
 EOF
 )"
-  note "2/3: pod check on every worker (mesh, rows, plan; programs at 2 layers)"
-  pod_check "$config" 2 ${overrides[@]+"${overrides[@]}"}
-  note "3/3: start the job on every worker"
-  ssh_workers all "$(remote RUN_NAME "$run_name" STAMP "$stamp" <<EOF
+}
+
+# Starts `python ARGS...` on every worker as the pod's job (run, eval and
+# export alike): nohup, one log per job and worker, the pid and exit-code
+# files status and stop read, ADA_DISTRIBUTED=1 (multi-host JAX), the
+# persistent compilation cache, the --env variables. LOG_NAME names the log.
+start_job() {  # LOG_NAME CACHE_DIR ARG...
+  local log_name=$1 cache=$2 stamp e env_lines="" py_args="" a
+  shift 2
+  stamp=$(date -u +%Y%m%dT%H%M%SZ)
+  for e in ${EXTRA_ENV[@]+"${EXTRA_ENV[@]}"}; do
+    env_lines+="export ${e%%=*}=$(sq "${e#*=}")"$'\n'
+  done
+  for a in "$@"; do py_args+=" $(sq "$a")"; done
+  ssh_workers all "$(remote RUN_NAME "$log_name" STAMP "$stamp" <<EOF
 cd "\$CODE_DIR"
 mkdir -p "\$LOG_DIR"
 log="\$LOG_DIR/\$RUN_NAME.\$STAMP.log"
 export ADA_DISTRIBUTED=1
 export JAX_COMPILATION_CACHE_DIR=$(sq "$cache")
-${env_lines}cmd=("\$VENV/bin/python"$main_args)
+${env_lines}cmd=("\$VENV/bin/python"$py_args)
 echo "\$(date -u) \$(hostname) code \$(cat COMMIT): \${cmd[*]}" > "\$log"
 rm -f "\$PID_FILE" "\$RC_FILE"
 wrapper=\$(cat <<'JOB'
@@ -475,6 +502,63 @@ ln -sfn "\$log" "\$LOG_DIR/latest.log"
 echo "\$(hostname): started pid \$(cat "\$PID_FILE"), log \$log"
 EOF
 )"
+}
+
+# The value of option NAME in ARGS ("--name V" or "--name=V"); empty if absent.
+arg_value() {  # NAME ARG...
+  local name=$1
+  shift
+  while (( $# )); do
+    case $1 in
+      "$name") echo "${2-}"; return ;;
+      "$name"=*) echo "${1#*=}"; return ;;
+    esac
+    shift
+  done
+}
+
+# eval and export: the command's own arguments, as `python -m ada_jax.evaluate`
+# / `ada_jax.export` take them, run on every worker as the pod's job. The
+# paths in GS_ARGS must be gs:// (every worker reads and writes the same
+# objects); JOB_DIR (the run or HF directory) names the log and, without
+# --cache-dir, holds the compilation cache.
+pod_command() {  # CMD MODULE JOB_DIR "REQUIRED_ARGS" "GS_ARGS" ARG...
+  local cmd=$1 module=$2 job_dir=$3 required=$4 gs_args=$5 o v config file overrides=()
+  shift 5
+  for o in $required; do
+    [[ -n $(arg_value "$o" "$@") ]] || die "$cmd needs $o (it takes the arguments of python -m $module; launcher options go before the command)"
+  done
+  for o in $gs_args; do
+    v=$(arg_value "$o" "$@")
+    [[ -z $v || $v == gs://* ]] || die "$o $v: must be gs://... on a pod (every worker reads and writes the same objects)"
+  done
+  for o in "$@"; do [[ $o == --config.* ]] && overrides+=("$o"); done
+  config=$(arg_value --config "$@")
+  if [[ -n $config ]]; then
+    file=${config%%:*}
+    if [[ -f $REPO_ROOT/$file ]]; then
+      check_config "$file" "$config" ${overrides[@]+"${overrides[@]}"}
+    else
+      echo "launch_tpu.sh: warning: $file is not in this checkout, so not checked here; the workers run the tree shipped by setup" >&2
+    fi
+  fi
+  describe_pod
+  note "1/2: check every worker is set up and its TPU is free (all or none start)"
+  workers_ready
+  note "2/2: start python -m $module on every worker"
+  start_job "$cmd.$(basename "$job_dir")" "${CACHE_DIR:-${job_dir%/}/jax_cache}" -m "$module" "$@"
+}
+
+cmd_eval() {
+  require
+  pod_command eval ada_jax.evaluate "$(arg_value --checkpoint ${REST[@]+"${REST[@]}"})" \
+    "--config --checkpoint" "--checkpoint --out" ${REST[@]+"${REST[@]}"}
+}
+
+cmd_export() {
+  require
+  pod_command export ada_jax.export "$(arg_value --workdir ${REST[@]+"${REST[@]}"})" \
+    "--workdir --out" "--workdir --out" ${REST[@]+"${REST[@]}"}
 }
 
 cmd_logs() {
@@ -504,7 +588,8 @@ if [[ -f $PID_FILE ]] && kill -0 "$(cat "$PID_FILE")" 2>/dev/null; then
 elif [[ -f $PID_FILE || -f $RC_FILE ]]; then  # stop removes PID_FILE, not RC_FILE.
   state=$(job_ended)
 fi
-echo "$(hostname): code $(cat "$CODE_DIR/COMMIT" 2>/dev/null || echo none), $state: $(tail -n 1 "$LOG_DIR/latest.log" 2>/dev/null)"
+job=$(basename "$(readlink "$LOG_DIR/latest.log" 2>/dev/null)" .log)  # run/eval/export
+echo "$(hostname): code $(cat "$CODE_DIR/COMMIT" 2>/dev/null || echo none), $state${job:+ ($job)}: $(tail -n 1 "$LOG_DIR/latest.log" 2>/dev/null)"
 EOF
 } | remote)"
 }
@@ -578,7 +663,10 @@ main() {
       --) shift; REST+=("$@"); break ;;
       --config.*) REST+=("$1"); need=0 ;;
       -*) die "unknown option '$1' (see -h)" ;;
-      *) if [[ -z $cmd ]]; then cmd=$1; else REST+=("$1"); fi; need=0 ;;
+      *) if [[ -z $cmd ]]; then cmd=$1; else REST+=("$1"); fi; need=0
+         # eval and export take their command's own arguments (--workdir,
+         # --out, --step... are evaluate's / export's, not the launcher's).
+         if [[ $cmd == eval || $cmd == export ]]; then shift; REST+=("$@"); break; fi ;;
     esac
     if (( need )); then
       [[ $# -ge 2 && -n $2 ]] || die "$1 needs a value"
@@ -590,7 +678,7 @@ main() {
   [[ $GRACE =~ ^[0-9]+$ ]] || die "--grace wants seconds, got '$GRACE'"
   (( DRY_RUN )) && note "dry run: nothing is executed"
   case $cmd in
-    create|setup|run|logs|status|stop|delete|ssh) "cmd_$cmd" ;;
+    create|setup|run|eval|export|logs|status|stop|delete|ssh) "cmd_$cmd" ;;
     "") usage >&2; die "no command" ;;
     *) die "unknown command '$cmd' (see -h)" ;;
   esac

@@ -209,8 +209,12 @@ def main(argv: Sequence[str] | None = None) -> None:
     p.error('--config.KEY=VALUE overrides need --config')
   logging.getLogger().setLevel(logging.INFO)
   from ada_jax.infra import checkpoint as checkpoint_lib
-  from ada_jax.infra import exit_codes
+  from ada_jax.infra import exit_codes, multihost
 
+  # On a pod (`launch_tpu.sh export`, ADA_DISTRIBUTED=1) every worker runs
+  # this: the params are restored over all hosts' chips and gathered, and
+  # process 0 alone writes (hf.save_model).
+  multihost.init_distributed()
   try:
     c = (
       from_config.load(args.config, rest)

@@ -34,31 +34,35 @@ def hf_models(tmp_path_factory):
 
 
 _BUCKET = 'ada-test'
+_EMULATOR_VARS = (
+  'STORAGE_EMULATOR_HOST',
+  'TENSORSTORE_GCS_HTTP_URL',
+  'GOOGLE_AUTH_TOKEN_FOR_TESTING',
+)
 
 
 @pytest.fixture(scope='session')
 def gcs_emulator():
-  """A Cloud Storage emulator on a loopback port; yields its bucket's gs:// URL.
+  """A Cloud Storage API on a loopback port; yields its bucket's gs:// URL.
 
-  `gcp-storage-emulator` (requirements-test.txt) in this process, in
-  memory, one per test process. Clients find it by `STORAGE_EMULATOR_HOST`
-  alone (gcsfs, the Google client; `infra.storage` turns gcsfs's gRPC
-  bucket probe off when it is set), so the code under test is unchanged.
+  `tests/gcs_emulator.py`: gcp-storage-emulator (requirements-test.txt) in
+  this process, in memory, one per test process, with the two behaviours of
+  GCS it lacks added (generation preconditions, the generation header that
+  tensorstore reads). Clients find it by `STORAGE_EMULATOR_HOST` alone
+  (gcsfs, the Google client; `infra.storage` turns gcsfs's gRPC bucket probe
+  off when it is set and passes it on to tensorstore), so the code under
+  test is unchanged.
   """
-  import socket
-
   import gcsfs
-  from gcp_storage_emulator import server
 
-  with socket.socket() as s:
-    s.bind(('127.0.0.1', 0))
-    port = s.getsockname()[1]
-  emulator = server.create_server(
-    '127.0.0.1', port, in_memory=True, default_bucket=_BUCKET
-  )
-  emulator.start()
-  saved = {k: os.environ.get(k) for k in ('STORAGE_EMULATOR_HOST',)}
-  os.environ['STORAGE_EMULATOR_HOST'] = f'http://127.0.0.1:{port}'
+  from tests import gcs_emulator as emulator_lib
+
+  saved = {k: os.environ.get(k) for k in _EMULATOR_VARS}
+  emulator, url = emulator_lib.start(bucket=_BUCKET)
+  os.environ['STORAGE_EMULATOR_HOST'] = url
+  # tensorstore reads these once, at its first gs:// open in this process.
+  os.environ['TENSORSTORE_GCS_HTTP_URL'] = url
+  os.environ['GOOGLE_AUTH_TOKEN_FOR_TESTING'] = 'emulator'
   gcsfs.GCSFileSystem.clear_instance_cache()
   try:
     yield f'gs://{_BUCKET}'

@@ -193,11 +193,11 @@ def test_evaluate_reads_model_and_checkpoint_from_gs(
   """model.hf_path, the tokenizer and --checkpoint on gs:// (the emulator).
 
   The same report as from the local directories; each host reads a local
-  copy (ADA_CACHE_DIR) downloaded once. The old code refused a gs:// HF
+  copy (ADA_LOCAL_CACHE) downloaded once. The old code refused a gs:// HF
   export ('not an HF directory either') and `model.hf_path=gs://...` ('no
   config.json there').
   """
-  monkeypatch.setenv('ADA_CACHE_DIR', str(tmp_path / 'cache'))
+  monkeypatch.setenv('ADA_LOCAL_CACHE', str(tmp_path / 'cache'))
   tok_dir = str(pathlib.Path(run['workdir']) / 'tokenizer')
   storage.upload_dir(run['hf'], f'{gcs_dir}/hf')
   storage.upload_dir(tok_dir, f'{gcs_dir}/tok')

@@ -253,7 +253,9 @@ def test_run_cache_dir_and_env(sh):
     'XLA_FLAGS=--a --b',
   ).stdout
   assert 'export JAX_COMPILATION_CACHE_DIR=/mnt/disk/jax_cache' in out
-  assert "export XLA_FLAGS='--a --b'" in out
+  # An --env value is never printed (tokens); the job still gets it.
+  assert "export XLA_FLAGS='<hidden>'" in out
+  assert '--a --b' not in out
 
 
 def test_logs_stop_delete_dry_run(sh):
@@ -324,6 +326,8 @@ def _remote_scripts(out: str) -> list[str]:
   [
     ('setup',),
     ('run', 'tiny_arith', '--workdir', WORKDIR, '--env', 'A=b c'),
+    ('eval', '--config', 'configs/tiny_arith.py', '--checkpoint', WORKDIR),
+    ('export', '--workdir', WORKDIR, '--out', 'gs://b/hf'),
     ('status',),
     ('stop',),
   ],
@@ -420,7 +424,9 @@ def test_worker_scripts_run_and_stop_a_job(worker):
 
   (status,) = scripts('status')
   _wait_for(logs / 'latest.log', 'step 1')
-  assert f'running pid {pid}: step 1' in run(status).stdout
+  # The state, then which job (its log's name), then the log's last line.
+  assert f'running pid {pid} (tiny.' in run(status).stdout
+  assert run(status).stdout.endswith('): step 1\n')
   args = (home / 'job.args').read_text()
   assert f'-m ada_jax.main --config configs/tiny_arith.py --workdir {WORKDIR}' in args
   assert f'ADA_DISTRIBUTED=1 JAX_COMPILATION_CACHE_DIR={WORKDIR}/jax_cache' in args
@@ -431,7 +437,7 @@ def test_worker_scripts_run_and_stop_a_job(worker):
   assert (home / 'job.args').read_text().endswith('saved\n')
   assert not (logs / 'job.pid').exists()
   assert (logs / 'job.rc').read_text() == '75\n'
-  assert f'abc123, {RESUMABLE}: stopped' in run(status).stdout
+  assert f'abc123, {RESUMABLE} (tiny.' in run(status).stdout
   assert 'no job' in run(stop).stdout
 
 
@@ -453,7 +459,8 @@ def test_worker_status_tells_how_the_job_ended(worker, code, state):
   assert _wait_for(home / 'ada_logs' / 'job.rc') == f'{code}\n'
   (status,) = scripts('status')
   out = run(status).stdout
-  assert f': code abc123, {state}: exiting {code}\n' in out
+  assert f': code abc123, {state} (tiny.' in out
+  assert out.endswith(f'): exiting {code}\n')
   # The log's last line is the job's, not a job-control notice of the wrapper.
   assert (home / 'ada_logs' / 'latest.log').read_text().endswith(f'exiting {code}\n')
 
@@ -474,4 +481,115 @@ def test_worker_status_after_a_forced_stop_and_without_a_code(worker):
   (logs / 'job.pid').write_text(f'{pid}\n')
   assert 'ended, exit code not recorded: see logs' in run(status).stdout
   (logs / 'job.pid').unlink()
-  assert 'abc123, no job:' in run(status).stdout
+  assert 'abc123, no job (tiny.' in run(status).stdout
+
+
+def test_env_values_reach_the_workers_but_never_print(tmp_path):
+  """A real (not dry) run: gcloud gets the value, the terminal does not."""
+  fake_bin = tmp_path / 'bin'
+  fake_bin.mkdir()
+  calls = tmp_path / 'gcloud.args'
+  (fake_bin / 'gcloud').write_text(f'#!/bin/sh\nprintf "%s\\n" "$@" >> "{calls}"\n')
+  (fake_bin / 'gcloud').chmod(0o755)
+  env = {
+    'PATH': f'{fake_bin}{os.pathsep}/usr/bin{os.pathsep}/bin',
+    'HOME': str(tmp_path),
+    'ADA_PYTHON': sys.executable,
+  }
+  secret = 'hf_s3cret_token_value'
+  proc = subprocess.run(
+    ['bash', str(SCRIPT), *POD, '--env', f'HF_TOKEN={secret}', 'eval',
+     '--config', 'configs/tiny_arith.py', '--checkpoint', WORKDIR],
+    capture_output=True, text=True, env=env, timeout=60, check=False,
+  )  # fmt: skip
+  assert proc.returncode == 0, proc.stdout + proc.stderr
+  assert secret not in proc.stdout + proc.stderr
+  assert "export HF_TOKEN='<hidden>'" in proc.stdout
+  assert f'export HF_TOKEN={secret}' in calls.read_text()
+
+
+def test_eval_and_export_dry_run(sh):
+  """eval/export take their command's own arguments and start it like run."""
+  out = sh(
+    '--dry-run', *POD, 'eval', '--config', 'configs/tiny_arith.py:variant=grpo',
+    '--checkpoint', WORKDIR, '--step', 'all', '--k', '4', '--config.seed=3',
+  ).stdout  # fmt: skip
+  assert 'config checked here: configs/tiny_arith.py:variant=grpo' in out
+  assert out.count('tpu-vm ssh ada-v4 --zone=us-central2-b --worker=all') == 2
+  assert 'export ADA_DISTRIBUTED=1' in out
+  assert f'export JAX_COMPILATION_CACHE_DIR={WORKDIR}/jax_cache' in out
+  assert (
+    '-m ada_jax.evaluate --config configs/tiny_arith.py:variant=grpo --checkpoint '
+    f'{WORKDIR} --step all --k 4 --config.seed=3'
+  ) in out
+  assert 'RUN_NAME=eval.tiny' in out
+  assert '-m ada_jax.plan' not in out  # The pod check is the training run's.
+  out = sh(
+    '--dry-run', *POD, '--cache-dir', 'gs://c/cache', 'export', '--workdir', WORKDIR,
+    '--out', 'gs://b/hf', '--step', '40',
+  ).stdout  # fmt: skip
+  assert f'-m ada_jax.export --workdir {WORKDIR} --out gs://b/hf --step 40' in out
+  assert 'RUN_NAME=export.tiny' in out
+  assert 'export JAX_COMPILATION_CACHE_DIR=gs://c/cache' in out
+
+
+@pytest.mark.parametrize(
+  ('args', 'message'),
+  [
+    (('eval', '--config', 'configs/tiny_arith.py'), 'eval needs --checkpoint'),
+    (('eval', '--checkpoint', WORKDIR), 'eval needs --config'),
+    (
+      ('eval', '--config', 'configs/tiny_arith.py', '--checkpoint', '/tmp/run'),
+      '--checkpoint /tmp/run: must be gs://',
+    ),
+    (
+      (
+        'eval',
+        '--config',
+        'configs/tiny_arith.py',
+        '--checkpoint',
+        WORKDIR,
+        '--out',
+        'out',
+      ),
+      '--out out: must be gs://',
+    ),
+    (
+      (
+        'eval',
+        '--config',
+        'configs/tiny_arith.py',
+        '--checkpoint',
+        WORKDIR,
+        '--config.rl.nope=1',
+      ),
+      'unknown key rl.nope',
+    ),
+    (('export', '--workdir', WORKDIR), 'export needs --out'),
+    (('export', '--workdir', WORKDIR, '--out=/tmp/hf'), '--out /tmp/hf: must be gs://'),
+  ],
+)
+def test_eval_and_export_refuse_bad_arguments_here(sh, args, message):
+  proc = sh('--dry-run', *POD, *args, check_rc=1)
+  (line,) = proc.stderr.splitlines()
+  assert line.startswith('launch_tpu.sh: error:') and message in line
+  assert 'gcloud' not in proc.stdout
+
+
+def test_worker_scripts_run_an_eval_job(worker):
+  """The eval job starts, is seen by status as the eval, and its code is kept."""
+  home, scripts, run = worker
+  (home / 'exit_code').write_text('2')
+  preflight, launch = scripts(
+    'eval', '--config', 'configs/tiny_arith.py', '--checkpoint', WORKDIR
+  )
+  assert 'abc123, ready' in run(preflight).stdout
+  run(launch)
+  assert _wait_for(home / 'ada_logs' / 'job.rc') == '2\n'
+  args = (home / 'job.args').read_text()
+  assert (
+    f'-m ada_jax.evaluate --config configs/tiny_arith.py --checkpoint {WORKDIR}' in args
+  )
+  assert 'ADA_DISTRIBUTED=1' in args
+  (status,) = scripts('status')
+  assert 'failed (exit 2): see logs (eval.tiny.' in run(status).stdout

@@ -5,11 +5,12 @@ logic is checked over the local store, over the Cloud Storage store against
 the GCS emulator, and over an in-memory stand-in; then two real processes
 start at once on a fresh and on a half-finished workdir, local and gs://.
 
-`gcp-storage-emulator` ignores `ifGenerationMatch` (a create over an
-existing object succeeds), so `honoured_preconditions` makes it answer as
-Cloud Storage does: 412 when the object's generation is not the one asked
-for, 404 for a read pinned to a generation that is gone. Everything else
-(the HTTP calls, the generations, the client) is the emulator's and gcsfs's.
+`gcp-storage-emulator` alone ignores `ifGenerationMatch` (a create over an
+existing object succeeds); the tests' emulator (`tests/gcs_emulator.py`)
+answers as Cloud Storage does: 412 when the object's generation is not the
+one asked for, 404 for a read pinned to a generation that is gone.
+Everything else (the HTTP calls, the generations, the client) is the
+emulator's and gcsfs's.
 """
 
 import json
@@ -19,7 +20,6 @@ import subprocess
 import sys
 import threading
 import time
-from http import HTTPStatus
 
 import pytest
 
@@ -58,56 +58,6 @@ class GenerationStore:
       return True
 
 
-@pytest.fixture
-def honoured_preconditions(gcs_emulator, monkeypatch):
-  """The emulator, answering generation preconditions as Cloud Storage does."""
-  from gcp_storage_emulator import exceptions, server
-  from gcp_storage_emulator.handlers import objects
-
-  lock = threading.RLock()
-
-  def generation(storage, bucket, name):
-    try:
-      return int(storage.get_file_obj(bucket, name)['generation'])
-    except exceptions.NotFound:
-      return 0
-
-  def refuse(response, status):
-    response.status = status
-    response.json({'error': {'code': int(status), 'message': status.phrase}})
-
-  def guarded(handler, object_name):
-    def wrapped(request, response, storage, *args, **kwargs):
-      query = request.query
-      with lock:
-        current = generation(
-          storage, request.params['bucket_name'], object_name(request)
-        )
-        if 'ifGenerationMatch' in query and current != int(
-          query['ifGenerationMatch'][0]
-        ):
-          return refuse(response, HTTPStatus.PRECONDITION_FAILED)
-        if 'generation' in query and current != int(query['generation'][0]):
-          return refuse(response, HTTPStatus.NOT_FOUND)
-        return handler(request, response, storage, *args, **kwargs)
-
-    return wrapped
-
-  by_path = lambda request: request.params['object_id']  # noqa: E731
-  by_query = lambda request: request.query['name'][0]  # noqa: E731
-  wrapped = {
-    objects.insert: guarded(objects.insert, by_query),
-    objects.delete: guarded(objects.delete, by_path),
-    objects.get: guarded(objects.get, by_path),
-  }
-  for _, handlers in server.HANDLERS:
-    for method, handler in list(handlers.items()):
-      if handler in wrapped:
-        monkeypatch.setitem(handlers, method, wrapped[handler])
-  monkeypatch.setattr(objects, 'insert', wrapped[objects.insert])  # Router's fallback
-  return gcs_emulator
-
-
 @pytest.fixture(params=['local', 'gcs', 'generations'])
 def store(request, tmp_path):
   if request.param == 'local':
@@ -115,7 +65,7 @@ def store(request, tmp_path):
   if request.param == 'gcs':
     import uuid
 
-    bucket = request.getfixturevalue('honoured_preconditions')
+    bucket = request.getfixturevalue('gcs_emulator')
     return lease_lib.GcsStore(f'{bucket}/lease-{uuid.uuid4().hex[:8]}')
   return GenerationStore()
 
@@ -261,12 +211,12 @@ def test_two_jobs_at_once_on_a_half_finished_workdir(tmp_path):
   assert (workdir / 'metrics.jsonl').read_text() == rows
 
 
-def test_two_jobs_at_once_on_a_gcs_workdir(honoured_preconditions):
+def test_two_jobs_at_once_on_a_gcs_workdir(gcs_emulator):
   import uuid
 
   from ada_jax.infra import storage
 
-  workdir = f'{honoured_preconditions}/two-{uuid.uuid4().hex[:8]}'
+  workdir = f'{gcs_emulator}/two-{uuid.uuid4().hex[:8]}'
   results = _two_at_once(workdir)
   codes = sorted(code for code, _, _ in results)
   assert codes == [exit_codes.BAD_INPUT, exit_codes.BUSY], results

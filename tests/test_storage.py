@@ -112,7 +112,7 @@ def test_data_dir_on_gs_is_built_once_then_read_from_the_bucket(
   """A gs:// TFDS data dir: built on local disk, copied up, read by other hosts.
 
   The array_record writer opens local files only (it failed on gs://); a
-  second host (a fresh ADA_CACHE_DIR) reads the bucket's files without
+  second host (a fresh ADA_LOCAL_CACHE) reads the bucket's files without
   building anything.
   """
   import tensorflow_datasets as tfds
@@ -121,13 +121,13 @@ def test_data_dir_on_gs_is_built_once_then_read_from_the_bucket(
 
   data_dir = f'{gcs_dir}/tfds'
   kw = dict(data_dir=data_dir, template='tiny', num_train=220, num_test=55, seed=3)
-  monkeypatch.setenv('ADA_CACHE_DIR', str(tmp_path / 'host0'))
+  monkeypatch.setenv('ADA_LOCAL_CACHE', str(tmp_path / 'host0'))
   first = data.load_examples('ada_arith', 'train', **kw)
   assert len(first) == 220
   uploaded = storage._filesystem().find(data_dir)
   assert any('.array_record-' in f for f in uploaded), uploaded
 
-  monkeypatch.setenv('ADA_CACHE_DIR', str(tmp_path / 'host1'))
+  monkeypatch.setenv('ADA_LOCAL_CACHE', str(tmp_path / 'host1'))
 
   def no_build(*a, **k):
     raise AssertionError('built again instead of reading the bucket')

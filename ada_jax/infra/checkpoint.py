@@ -55,7 +55,7 @@ import orbax.checkpoint as ocp
 from etils import epath
 
 from ada_jax.infra import checkpoint_format as fmt
-from ada_jax.infra import checksum, multihost, run_dir
+from ada_jax.infra import checksum, multihost, run_dir, storage
 
 PyTree = Any
 _COMMIT_MARKER = 'commit_success.txt'  # orbax's marker, in every finished step dir.
@@ -273,7 +273,8 @@ class Checkpointer:
       raise ValueError(
         f'checkpoint: keep={keep}, every_steps={every_steps} must be >= 1'
       )
-    self.directory = epath.Path(workdir) / 'checkpoints'
+    # storage.path: gs:// through the filesystem infra.storage configures.
+    self.directory = storage.path(workdir) / 'checkpoints'
     self.every_steps = every_steps
     self.read_only = read_only
     # Listed before orbax starts, since it removes them in a background thread.

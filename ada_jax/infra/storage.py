@@ -16,7 +16,7 @@ not do safely on an object store is here:
 - `localize`: libraries that read only local files (safetensors' memory
   map, the tokenizers library) get a local copy of a `gs://` folder: its
   files (or those matching patterns, e.g. config.json alone for the plan)
-  downloaded once into `$ADA_CACHE_DIR` (default ~/.cache/ada_jax) and kept
+  downloaded once into `$ADA_LOCAL_CACHE` (default ~/.cache/ada_jax) and kept
   while their sizes match the bucket's, so each host of a pod reads its own
   disk after the first call.
 - `require`: a `gs://` path without gcsfs installed, or without credentials,
@@ -49,7 +49,7 @@ from etils import epath
 
 REMOTE_PREFIXES = ('gs://',)
 EMULATOR_VAR = 'STORAGE_EMULATOR_HOST'
-CACHE_VAR = 'ADA_CACHE_DIR'
+CACHE_VAR = 'ADA_LOCAL_CACHE'
 
 
 def point_clients_at_emulator() -> None:
@@ -182,7 +182,7 @@ def upload_dir(local: str | os.PathLike[str], dst: str | os.PathLike[str]) -> No
 
 
 def cache_root() -> str:
-  """Where `localize` keeps local copies: $ADA_CACHE_DIR or ~/.cache/ada_jax."""
+  """Where `localize` keeps local copies: $ADA_LOCAL_CACHE or ~/.cache/ada_jax."""
   return os.environ.get(CACHE_VAR) or os.path.join(
     os.path.expanduser('~'), '.cache', 'ada_jax'
   )

@@ -199,7 +199,11 @@ def fit(
         rounds=row['rounds'],
         zero_adv=f'{row["zero_adv_frac"]:.2f}',
       )
-      trainer.save()
+      if trainer.save():
+        # The rows up to the checkpoint's step reach storage with it: on
+        # gs:// they are otherwise rewritten only every remote_flush_s, and
+        # a run killed after its checkpoint would resume with a gap.
+        writer.flush()
       if trainer.ckpt is not None and trainer.ckpt.stop_requested:
         trainer.ckpt.check()  # The checkpoint is on disk before we say so.
         logging.warning('stopping at step %d after the preemption checkpoint', step)

@@ -198,10 +198,11 @@ class Trainer:
       'history': self.history,
     }
 
-  def save(self, force: bool = False) -> None:
+  def save(self, force: bool = False) -> bool:
+    """Checkpoints if due (or `force`); whether a checkpoint was started."""
     if self.ckpt is None:
-      return
-    self.ckpt.save(
+      return False
+    return self.ckpt.save(
       self.step,
       params=self.state,
       opt_state=self.opt_state,
