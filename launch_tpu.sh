@@ -56,7 +56,8 @@ Commands:
   create                 create the TPU VM (--type, --version, --spot|--preemptible);
                          args after `--` go to `gcloud ... create` (e.g. --network=N)
   setup [CONFIG[:ARGS]]  ship the committed tree (git archive HEAD) to every worker,
-                         make a venv, install requirements.txt + pinned jax[tpu] + gcsfs,
+                         make a venv, install requirements.txt + pinned jax[tpu] + the
+                         reference graders' extra (math_verify),
                          then the pod check on every worker (one line each): the
                          config's mesh builds on the chips, each host feeds its
                          rows, the plan fits (default config: qwen25_math_1p5b,
@@ -377,6 +378,8 @@ ok "\$VENV/bin/python" || { rm -rf "\$VENV"; "\$py" -m venv "\$VENV"; }
 "\$VENV/bin/pip" install -q -r "\$CODE_DIR/requirements.txt"
 # -c keeps every package requirements.txt pins at its pinned version.
 "\$VENV/bin/pip" install -q \${FIND_LINKS:+-f "\$FIND_LINKS"} "jax[tpu]==\$JAX_TPU_VERSION" "gcsfs==\$GCSFS_VERSION" -c "\$CODE_DIR/requirements.txt"
+# The reference's graders (evaluate --graders ada,reference: the paper's Table 1).
+"\$VENV/bin/pip" install -q -e "\${CODE_DIR}[math_verify]" -c "\$CODE_DIR/requirements.txt"
 echo "\$(hostname): code \$COMMIT, \$("\$VENV/bin/python" -c 'import jax; print("jax", jax.__version__)')"
 EOF
 )"

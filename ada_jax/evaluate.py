@@ -3,7 +3,7 @@ r"""Ave@k and pass@k of a policy on benchmark sets (reference section 8.2).
   python -m ada_jax.evaluate --config CONFIG[:arg] --checkpoint DIR \
       --datasets math500,minerva_math,olympiadbench,aime_like --k 32 \
       [--out DIR] [--max-new-tokens N] [--temperature 1.0] [--slots S] \
-      [--graders ada|reference] [--step N|latest|all] [--config.key=value ...]
+      [--graders ada,reference] [--step N|latest|all] [--config.key=value ...]
 
 DIR is a run workdir (its latest checkpoint's params, or those of a kept
 step: `--step N`, or each kept step into OUT/step_N with `--step all`; a
@@ -24,20 +24,36 @@ split), `ada_arith` or `ada_columns` (their test split); `NAME:SPLIT` picks
 another split.
 The run's own dataset (`data.name`, e.g. ada_arith) is evaluated on the
 band of levels the run used (`data.levels`), as its in-run evaluation was.
-Graders (`--graders`): `ada` (default) grades every set with
-`ada_jax.verifier`; `reference` grades as the reference's evaluation does:
-minerva_math with a Qwen2.5-Math-style grader (the "answer is" / last-number
-fallback and a 1e-4 relative tolerance, on our safe parser) and every other
-set with Math-Verify on the last box, re-boxed (the `math_verify` extra). The
-report names each set's grader. Datasets are read from `data.data_dir`, else
+Graders (`--graders`, a comma list): `ada` grades every set with
+`ada_jax.verifier`; `reference` grades as the reference's evaluation does
+(the paper's Table 1): minerva_math with a Qwen2.5-Math-style grader (the
+"answer is" / last-number fallback and a 1e-4 relative tolerance, on our
+safe parser) and every other set with Math-Verify on the last box,
+re-boxed (the `math_verify` extra, which `launch_tpu.sh setup` installs).
+The default is `ada,reference` where that extra is installed, else `ada`
+with a warning. With both, the samples are drawn once and each grader
+checks the same responses. Datasets are read from `data.data_dir`, else
 from the run's `tfds/` when already built there, else built into OUT/tfds.
 
-Writes OUT/eval.json and OUT/eval.md (OUT defaults to CHECKPOINT/eval):
-per set the problems, Ave@k (mean accuracy over problems x k samples) and
-the unbiased pass@j for j = 1, 2, 4, ... k; and the size-weighted average
-over the sets (weights 500/272/675/230 for the paper's four benchmarks,
-the number of problems otherwise). `--temperature 0 --k 1` gives the
-reference's greedy validation (`--datasets validate`).
+Writes OUT/eval.json and OUT/eval.md (OUT defaults to CHECKPOINT/eval).
+eval.json:
+
+  checkpoint, step, k, temperature, max_new_tokens, seed
+  graders            ["ada", "reference"]: the graders, in order
+  paper_graders      "reference": the ones the paper's Table 1 used
+  datasets.SET       problems, split, dropped (prompts over the bucket),
+                     by_grader.MODE = {grader (the backend), ave_at_k,
+                     pass_at {"1": ..., "2": ..., ..., "k": ...}},
+                     and the first grader's grader / ave_at_k / pass_at
+  weighted           the first grader's size-weighted average over the sets
+                     (weights: 500/272/675/230 for the paper's four
+                     benchmarks, the number of problems otherwise)
+  weighted_by_grader.MODE   the same per grader
+
+Ave@k is the mean accuracy over problems x k samples; pass@j the unbiased
+estimate for j = 1, 2, 4, ... k. eval.md is the same as a table, one row
+per set and grader, the paper's graders marked. `--temperature 0 --k 1`
+gives the reference's greedy validation (`--datasets validate`).
 
 Dimension legend: Q problems, k samples per problem.
 """
@@ -45,6 +61,7 @@ Dimension legend: Q problems, k samples per problem.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import logging
 import math
@@ -74,6 +91,37 @@ GRADER_NAMES = {
   'math_verify_eval': 'Math-Verify',
   'qwen': 'Qwen2.5-Math-style',
 }
+
+
+# The graders the paper's Table 1 used: the reference's evaluation.
+PAPER_GRADERS = 'reference'
+
+
+def parse_graders(text: str | None) -> list[str]:
+  """`--graders`: a comma list of GRADER_MODES; None: every installed one.
+
+  The default is `ada,reference` where the reference's graders (the
+  `math_verify` extra) are installed, else `ada` with a warning saying so.
+  """
+  from ada_jax.verifier import backends
+
+  if text is None:
+    try:
+      backends.require()
+    except ImportError:
+      logging.warning(
+        "graders: ada only; the reference's graders (the paper's Table 1) need "
+        'the math_verify extra: pip install -e .[math_verify]'
+      )
+      return ['ada']
+    return ['ada', 'reference']
+  modes = [m.strip() for m in text.split(',') if m.strip()]
+  for m in modes:
+    if m not in GRADER_MODES:
+      raise ValueError(f'--graders: {m!r} is not one of {GRADER_MODES}')
+  if not modes or len(set(modes)) != len(modes):
+    raise ValueError(f'--graders {text!r}: a comma list of distinct {GRADER_MODES}')
+  return modes
 
 
 def grader_for(name: str, mode: str) -> str:
@@ -159,7 +207,7 @@ def markdown(report: Mapping[str, Any]) -> str:
   lines = [
     f'Checkpoint `{report["checkpoint"]}` (step {report["step"]}), k={k}, '
     f'temperature {report["temperature"]}, {report["max_new_tokens"]} new tokens, '
-    f'graders: {report.get("graders", "ada")}.',
+    f'graders: {", ".join(_modes(report))}.',
     '',
     '| ' + ' | '.join(head) + ' |',
     '|' + '---|' * len(head),
@@ -170,13 +218,57 @@ def markdown(report: Mapping[str, Any]) -> str:
     cells = ' | '.join(f'{100 * v:.1f}' for v in vals)
     return f'| {name} | {grader} | {problems} | {cells} |'
 
+  modes = _modes(report)
+
+  def label(mode, grader):
+    name = GRADER_NAMES.get(grader, grader)
+    return f'{name} (paper)' if mode == report.get('paper_graders') else name
+
   for name, r in report['datasets'].items():
-    grader = GRADER_NAMES.get(r.get('grader', 'ada'), r.get('grader', 'ada'))
-    lines.append(row(name, grader, r['problems'], r))
-  w = report['weighted']
+    for mode in modes:
+      g = r['by_grader'][mode] if 'by_grader' in r else r
+      lines.append(row(name, label(mode, g.get('grader', mode)), r['problems'], g))
   total = sum(r['problems'] for r in report['datasets'].values())
-  lines.append(row('weighted avg', '', total, w))
+  for mode in modes:
+    w = (
+      report['weighted_by_grader'][mode]
+      if 'weighted_by_grader' in report
+      else (report['weighted'])
+    )
+    lines.append(row('weighted avg', mode if len(modes) > 1 else '', total, w))
+  if len(modes) > 1:
+    lines += [
+      '',
+      f'Each set is graded by {" and ".join(modes)} on the same samples; '
+      f'"(paper)" marks the graders the paper\'s Table 1 used.',
+    ]
   return '\n'.join(lines) + '\n'
+
+
+def _modes(report: Mapping[str, Any]) -> list[str]:
+  graders = report.get('graders', 'ada')
+  return [graders] if isinstance(graders, str) else list(graders)
+
+
+def _side_by_side(scorers: Sequence[Any]) -> Any:
+  """One scorer for several graders: bit b of its value is grader b's verdict.
+
+  The samples are drawn once and each grader checks the same responses, so
+  the graders' figures differ by grading alone.
+  """
+  if len(scorers) == 1:
+    return scorers[0]
+
+  def verify(responses, references, *, timeout_s=None, workers=None):
+    del timeout_s, workers  # Each scorer applies its own.
+    out = np.zeros(len(responses), np.int64)
+    for b, scorer in enumerate(scorers):
+      out += (np.asarray(scorer.verify(responses, references)) > 0).astype(
+        np.int64
+      ) << b
+    return out.astype(np.float32)
+
+  return dataclasses.replace(scorers[0], verify_fn=verify, backend='side_by_side')
 
 
 def dataset_split(name: str) -> tuple[str, str]:
@@ -208,7 +300,7 @@ def evaluate(
   slots: int | None = None,
   seed: int = 42,
   verify_fn=None,
-  graders: str = 'ada',
+  graders: str | Sequence[str] = 'ada',
   step: int | None = None,
 ) -> dict[str, Any]:
   """Samples and scores every set; writes OUT/eval.json and OUT/eval.md.
@@ -225,7 +317,10 @@ def evaluate(
     seed: PRNG seed of the samples (the reference: 42).
     verify_fn: replaces `verifier.verify_batch` (tests); called with
       `backend=` for any grader but ours.
-    graders: `ada` (ours everywhere) or `reference` (`grader_for`).
+    graders: `ada` (ours everywhere), `reference` (`grader_for`), or a list
+      of both: every set is then graded by each, on the same samples, and
+      the report gives each one's figures side by side (the first one's also
+      as the set's own `ave_at_k` / `pass_at`).
     step: a kept checkpoint's step (None: the latest usable one).
 
   Returns:
@@ -240,8 +335,10 @@ def evaluate(
   from ada_jax.verifier import backends
 
   sets = [dataset_split(name) for name in datasets]
-  set_graders = [grader_for(name, graders) for name in datasets]
-  for grader in set(set_graders):  # A missing extra fails before any work.
+  modes = [graders] if isinstance(graders, str) else list(graders)
+  set_graders = {m: [grader_for(name, m) for name in datasets] for m in modes}
+  needed = {g for per_set in set_graders.values() for g in per_set}
+  for grader in sorted(needed):  # A missing extra fails before any work.
     backends.check(grader)
   if out_dir != os.path.join(checkpoint, 'eval'):
     run_dir.refuse_run_dir(out_dir, '--out')
@@ -260,9 +357,7 @@ def evaluate(
       bucket,
     )
     max_new_tokens = limit
-  scorers = {
-    g: from_config.scorer(c, tok, verify_fn, backend=g) for g in set(set_graders)
-  }
+  scorers = {g: from_config.scorer(c, tok, verify_fn, backend=g) for g in needed}
   results, dropped = {}, {}
   for i, (name, split) in enumerate(sets):  # Keyed by the name as given.
     ex = data.load_examples(
@@ -283,9 +378,9 @@ def evaluate(
         dropped[name],
         bucket,
       )
-    correct, _ = scoring.score_examples(
+    values, _ = scoring.score_examples(
       model,
-      scorers[set_graders[i]],
+      _side_by_side([scorers[set_graders[m][i]] for m in modes]),
       ex,
       prompt_bucket=bucket,
       slots=slots or c.rl.slots,
@@ -297,13 +392,28 @@ def evaluate(
       top_k=c.sampling.top_k,
       eos_ids=tok.eos_ids,
       progress=name,
+      rewards=True,
     )
+    bits = np.rint(values).astype(np.int64)  # Bit b: grader b accepted.
+    scores = [score_set((bits >> b) & 1 > 0) for b in range(len(modes))]
+    by_grader = {
+      m: {
+        'grader': set_graders[m][i],
+        'ave_at_k': r['ave_at_k'],
+        'pass_at': r['pass_at'],
+      }
+      for m, r in zip(modes, scores, strict=True)
+    }
+    first = by_grader[modes[0]]
     key = datasets[i].removeprefix('ada_math_local/')
     results[key] = {
-      **score_set(correct),
+      'problems': scores[0]['problems'],
+      'ave_at_k': first['ave_at_k'],
+      'pass_at': first['pass_at'],
       'split': split,
       'dropped': dropped[name],
-      'grader': set_graders[i],
+      'grader': first['grader'],
+      'by_grader': by_grader,
     }
   report = {
     'checkpoint': checkpoint,
@@ -312,9 +422,19 @@ def evaluate(
     'temperature': temperature,
     'max_new_tokens': max_new_tokens,
     'seed': seed,
-    'graders': graders,
+    'graders': modes,
+    'paper_graders': PAPER_GRADERS,
     'datasets': results,
     'weighted': weighted(results),
+    'weighted_by_grader': {
+      m: weighted(
+        {
+          n: {**r['by_grader'][m], 'problems': r['problems']}
+          for n, r in results.items()
+        }
+      )
+      for m in modes
+    },
   }
   if jax.process_index() == 0:
     out = epath.Path(out_dir)
@@ -346,10 +466,11 @@ def parser() -> argparse.ArgumentParser:
   p.add_argument('--seed', type=int, default=42)
   p.add_argument(
     '--graders',
-    choices=GRADER_MODES,
-    default='ada',
-    help="ada: ours on every set; reference: Math-Verify, and Qwen2.5-Math's for "
-    'minerva_math',
+    default=None,
+    help='comma list of ada (ours on every set) and reference (Math-Verify, and '
+    "Qwen2.5-Math's for minerva_math: the paper's Table 1), graded side by side "
+    'on the same samples; default: ada,reference where the math_verify extra is '
+    'installed, else ada',
   )
   return p
 
@@ -372,6 +493,7 @@ def main(argv: Sequence[str] | None = None) -> None:
       c.model.hf_path = args.checkpoint
   try:
     from_config.validate(c)
+    graders = parse_graders(args.graders)
     which = checkpoint_lib.parse_step(args.step)
     out = args.out or os.path.join(args.checkpoint, 'eval')
     runs = [(None if which == 'latest' else which, out)]
@@ -391,7 +513,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         temperature=args.temperature,
         slots=args.slots,
         seed=args.seed,
-        graders=args.graders,
+        graders=graders,
         step=step,
       )
   except from_config.ConfigError as e:  # Bad input (e.g. the vocabulary): 2.

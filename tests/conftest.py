@@ -7,6 +7,7 @@ the top of this file (pytest imports conftest first).
 import os
 
 os.environ.setdefault('JAX_PLATFORMS', 'cpu')
+os.environ.setdefault('WANDB_MODE', 'offline')  # wandb never reaches the network.
 os.environ['XLA_FLAGS'] = (
   os.environ.get('XLA_FLAGS', '') + ' --xla_force_host_platform_device_count=8'
 ).strip()

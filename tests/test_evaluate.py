@@ -144,7 +144,7 @@ def test_evaluate_workdir_writes_json_and_markdown(run, caplog):
   out = run['root'] / 'out_workdir'
   evaluate.main(_argv(run, run['workdir'], out, '--graders', 'reference'))
   report = json.loads((out / 'eval.json').read_text())
-  assert report['graders'] == 'reference'
+  assert report['graders'] == ['reference'] and report['paper_graders'] == 'reference'
   assert {r['grader'] for r in report['datasets'].values()} == {'math_verify_eval'}
   assert {'checkpoint', 'step', 'k', 'temperature', 'max_new_tokens'} <= set(report)
   assert report['k'] == 3 and report['temperature'] == 1.0
@@ -158,7 +158,9 @@ def test_evaluate_workdir_writes_json_and_markdown(run, caplog):
   assert report['weighted']['weights'] == {'custom': 5, 'custom:train[:3]': 3}
   md = (out / 'eval.md').read_text()
   assert '| set | grader | problems | Ave@3 | pass@1 | pass@2 | pass@3 |' in md
-  assert '| custom | Math-Verify | 5 |' in md and '| weighted avg |  | 8 |' in md
+  assert (
+    '| custom | Math-Verify (paper) | 5 |' in md and '| weighted avg |  | 8 |' in md
+  )
   assert 'graders: reference' in md
 
 
@@ -185,6 +187,72 @@ def test_evaluate_caps_new_tokens_and_matches_hf_export(run, caplog):
   assert b['step'] == 0
   assert b['datasets']['custom'] == a['datasets']['custom']
   assert set(backends) == {'ada'} and a['datasets']['custom']['grader'] == 'ada'
+
+
+def test_graders_side_by_side_equal_each_grader_alone(run, caplog):
+  """`--graders ada,reference`: one sampling, each grader's figures as alone.
+
+  Graders stand in for ours and the reference's with different verdicts on
+  the texts, so the two columns differ; the oracle is each grader's run on
+  its own (same seed, same samples).
+  """
+  c = from_config.load(
+    str(ROOT / 'configs' / 'tiny_arith.py') + ':task=format', run['overrides']
+  )
+
+  def by_length(responses, references, backend='ada', **kw):
+    mod = 2 if backend == 'ada' else 3  # The reference's: math_verify_eval.
+    return np.array([len(r) % mod == 0 for r in responses])
+
+  kw = dict(k=3, slots=8, max_new_tokens=8, verify_fn=by_length)
+  sets = ['custom', 'custom:train[:3]']
+  root = run['root']
+  both = evaluate.evaluate(
+    c,
+    run['workdir'],
+    sets,
+    out_dir=str(root / 'both'),
+    graders=['ada', 'reference'],
+    **kw,
+  )
+  alone = {
+    m: evaluate.evaluate(
+      c, run['workdir'], sets, out_dir=str(root / m), graders=m, **kw
+    )
+    for m in ('ada', 'reference')
+  }
+  assert both['graders'] == ['ada', 'reference']
+  for name in sets:
+    for m in ('ada', 'reference'):
+      got, want = both['datasets'][name]['by_grader'][m], alone[m]['datasets'][name]
+      assert got == {k: want[k] for k in ('grader', 'ave_at_k', 'pass_at')}
+    first = both['datasets'][name]
+    assert first['ave_at_k'] == alone['ada']['datasets'][name]['ave_at_k']
+  assert both['weighted_by_grader']['reference'] == alone['reference']['weighted']
+  assert both['weighted'] == alone['ada']['weighted']
+  ada, ref = (both['weighted_by_grader'][m]['ave_at_k'] for m in ('ada', 'reference'))
+  assert ada != ref  # The columns are not copies of one another.
+  md = (root / 'both' / 'eval.md').read_text()
+  assert '| custom | ada_jax.verifier | 5 |' in md
+  assert '| custom | Math-Verify (paper) | 5 |' in md
+  assert '| weighted avg | reference | 8 |' in md
+
+
+def test_parse_graders(monkeypatch, caplog):
+  from ada_jax.verifier import backends
+
+  assert evaluate.parse_graders(None) == ['ada', 'reference']  # The extra is here.
+  assert evaluate.parse_graders('reference') == ['reference']
+  for bad in ('ada,ada', 'qwen', ''):
+    with pytest.raises(ValueError, match='--graders'):
+      evaluate.parse_graders(bad)
+
+  def missing():
+    raise ImportError('no math_verify')
+
+  monkeypatch.setattr(backends, 'require', missing)
+  assert evaluate.parse_graders(None) == ['ada']
+  assert 'need the math_verify extra' in caplog.text
 
 
 def test_evaluate_reads_model_and_checkpoint_from_gs(

@@ -130,6 +130,8 @@ def test_setup_dry_run(sh):
   assert 'ada-v4:ada_jax.tar.gz --zone=us-central2-b --worker=all' in out
   assert out.count('tpu-vm ssh ada-v4 --zone=us-central2-b --worker=all') == 2
   assert 'install -q -r "$CODE_DIR/requirements.txt"' in out
+  # The reference's graders (evaluate's default ada,reference) and wandb.
+  assert 'install -q -e "${CODE_DIR}[math_verify]"' in out
   assert '"jax[tpu]==$JAX_TPU_VERSION"' in out
   assert 'JAX_TPU_VERSION=0.10.2' in out
   assert 'gcsfs==' in out

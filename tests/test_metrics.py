@@ -12,6 +12,7 @@ import pytest
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 
 from ada_jax.infra import metrics as metrics_lib
+from ada_jax.infra import run_dir
 
 
 def _rl_row(step):
@@ -201,7 +202,11 @@ def test_wandb_only_when_asked(tmp_path, monkeypatch):
   with metrics_lib.MetricsWriter(tmp_path / 'b', wandb_project='p', config=cfg) as w:
     w.write(7, {'x': np.float32(0.5)}, phase='sft')
   want_cfg = {'seed': 3, 'dtype': 'float32'}  # Non-JSON values fall back to str.
-  assert calls[0] == ('init', {'project': 'p', 'config': want_cfg, 'name': 'b'})
+  run_id = (tmp_path / 'b' / 'wandb_id').read_text().strip()
+  assert calls[0] == (
+    'init',
+    {'project': 'p', 'config': want_cfg, 'name': 'b', 'id': run_id, 'resume': 'allow'},
+  )
   assert json.loads((tmp_path / 'b' / 'config.json').read_text()) == want_cfg
   assert calls[1:] == [('log', 7, {'sft/x': 0.5}), ('finish',)]
 
@@ -286,3 +291,29 @@ def test_tensorboard_sees_each_phase_step_once_after_resume(tmp_path):
 
   assert scalars('sft', 'sft/loss') == [(25, 0.25), (50, 0.5)]
   assert scalars('rl', 'rl/x') == [(1, 1.0), (2, 2.0), (3, 30.0), (4, 40.0), (5, 50.0)]
+
+
+def test_a_resumed_run_continues_its_wandb_run(tmp_path, monkeypatch):
+  """Real wandb, offline: one wandb run per workdir, a fresh one after a restart."""
+  monkeypatch.setenv('WANDB_MODE', 'offline')
+  monkeypatch.setenv('WANDB_DIR', str(tmp_path / 'wandb_files'))
+  monkeypatch.setenv('WANDB_SILENT', 'true')
+  (tmp_path / 'wandb_files').mkdir()
+  run = tmp_path / 'run'
+  ids = []
+  for step in (1, 2):  # A run, then its resume.
+    with metrics_lib.MetricsWriter(run, wandb_project='p', tensorboard=False) as w:
+      ids.append(w._wandb.id)
+      w.write(step, {'x': float(step)})
+  assert ids[0] == ids[1] == (run / 'wandb_id').read_text().strip()
+  run_dir.set_aside(run)  # Starting over: a new wandb run.
+  with metrics_lib.MetricsWriter(run, wandb_project='p', tensorboard=False) as w:
+    assert w._wandb.id != ids[0]
+
+
+def test_wandb_missing_is_one_line(tmp_path, monkeypatch):
+  monkeypatch.setitem(sys.modules, 'wandb', None)  # import wandb: ImportError
+  with pytest.raises(ImportError) as e:
+    metrics_lib.MetricsWriter(tmp_path, wandb_project='proj', tensorboard=False)
+  assert str(e.value).startswith("log.wandb_project='proj' needs wandb")
+  assert '\n' not in str(e.value)

@@ -36,6 +36,7 @@ import os
 import socket
 import struct
 import time
+import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -259,6 +260,32 @@ def _truncate_jsonl(
   ]
 
 
+def _wandb_run(workdir: epath.Path, project: str, config: dict | None) -> Any:
+  """The run's wandb run: one per workdir, continued when the run resumes.
+
+  Its id is kept in `DIR/wandb_id` (set aside with the other progress files
+  when the run starts over, so a fresh start is a fresh wandb run).
+
+  Raises:
+    ImportError: wandb is not installed (one line).
+  """
+  try:
+    import wandb  # Imported only when asked for: a run without it never pays.
+  except ImportError:
+    raise ImportError(
+      f'log.wandb_project={project!r} needs wandb: pip install -r '
+      'requirements.txt (launch_tpu.sh setup installs it)'
+    ) from None
+  id_file = workdir / run_dir.WANDB_ID_FILE
+  run_id = id_file.read_text().strip() if id_file.exists() else ''
+  if not run_id:
+    run_id = uuid.uuid4().hex[:12]
+    id_file.write_text(run_id + '\n')
+  return wandb.init(
+    project=project, config=config, name=workdir.name, id=run_id, resume='allow'
+  )
+
+
 class MetricsWriter:
   """Writes one metrics row (and optional samples) per step; see module doc."""
 
@@ -315,11 +342,7 @@ class MetricsWriter:
       if not (self.workdir / CONFIG_FILE).exists():  # The run's identity: kept.
         (self.workdir / CONFIG_FILE).write_text(json.dumps(config_dict, indent=2))
     if wandb_project:
-      import wandb  # Optional dependency: imported only when asked for.
-
-      self._wandb = wandb.init(
-        project=wandb_project, config=config_dict, name=self.workdir.name
-      )
+      self._wandb = _wandb_run(self.workdir, wandb_project, config_dict)
 
   def _tb_file(self, phase: str) -> _AppendFile:
     """The phase's event file, opened at its first event."""

@@ -44,6 +44,8 @@ from ada_jax.infra import storage
 
 CONFIG_FILE = 'config.json'
 CONFIG_HISTORY_FILE = 'config_history.jsonl'
+# The run's wandb run id: a resumed run logs to the same wandb run.
+WANDB_ID_FILE = 'wandb_id'
 METRICS_FILE = 'metrics.jsonl'
 SAMPLES_FILE = 'samples.jsonl'
 SUMMARY_FILE = 'summary.json'
@@ -59,6 +61,7 @@ _PROGRESS_FILES = (
   SUMMARY_FILE,
   CONFIG_FILE,
   CONFIG_HISTORY_FILE,
+  WANDB_ID_FILE,
   TB_DIR,
 )
 _MARKERS = (METRICS_FILE, SUMMARY_FILE, CHECKPOINT_DIR)

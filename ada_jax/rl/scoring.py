@@ -142,6 +142,7 @@ def sample_and_score(
   top_k: int = 0,
   eos_ids: Sequence[int] = (),
   progress: str | None = None,
+  rewards: bool = False,
 ) -> tuple[np.ndarray, np.ndarray]:
   """Correctness [Q, k] of k sampled answers per prompt, and which were boxed.
 
@@ -162,6 +163,8 @@ def sample_and_score(
     eos_ids: token ids ending a response.
     progress: what to call the chunks' progress (`infra.progress`), or
       None for none.
+    rewards: return the scorer's values (float [Q, k]) instead of their
+      `> 0` (evaluate's graders side by side encode one bit each).
 
   Returns:
     (correct bool [Q, k], boxed bool [Q, k]), see `RoundScores`. Each host
@@ -169,7 +172,7 @@ def sample_and_score(
     host gets all of them.
   """
   q, p = prompt_tokens.shape
-  correct = np.zeros((q, k), bool)
+  correct = np.zeros((q, k), np.float32 if rewards else bool)
   boxed = np.zeros((q, k), bool)
   eos = sampler.eos_array(eos_ids)
   # k > 1: S // k prompts per chunk, their k samples in one round of S slots
@@ -217,7 +220,8 @@ def sample_and_score(
       scores = scorer.score_round(r, slot_prompt, chunk_references)
       got = np.flatnonzero(slot_prompt >= 0)
       prompt, sample = rows[slot_prompt[got]], sample_of[got] + j
-      correct[prompt, sample] = scores.rewards[got] > 0
+      got_rewards = scores.rewards[got]
+      correct[prompt, sample] = got_rewards if rewards else got_rewards > 0
       boxed[prompt, sample] = scores.boxed[got]
   return correct, boxed
 
@@ -237,6 +241,7 @@ def score_examples(
   top_k: int = 0,
   eos_ids: Sequence[int] = (),
   progress: str | None = None,
+  rewards: bool = False,
 ) -> tuple[np.ndarray, np.ndarray]:
   """`sample_and_score` of examples, their prompts encoded into the bucket.
 
@@ -264,6 +269,7 @@ def score_examples(
     top_k=top_k,
     eos_ids=eos_ids,
     progress=progress,
+    rewards=rewards,
   )
 
 
