@@ -313,7 +313,8 @@ def evaluate(
     out_dir: where the JSON and markdown go (created).
     max_new_tokens: capped by the position limit minus `data.prompt_bucket`.
     temperature: 1.0 for Ave@k; 0 for greedy (then use k=1).
-    slots: prompts per sampler chunk; default `rl.slots`.
+    slots: slots per sampler chunk; default `rl.slots`, halved until the
+      plan's evaluation phase fits a device (`from_config.command_slots`).
     seed: PRNG seed of the samples (the reference: 42).
     verify_fn: replaces `verifier.verify_batch` (tests); called with
       `backend=` for any grader but ours.
@@ -357,6 +358,8 @@ def evaluate(
       bucket,
     )
     max_new_tokens = limit
+  if slots is None:  # The largest chunk whose plan fits a device.
+    slots = from_config.command_slots(c, model.config, 'evaluation', max_new_tokens)
   scorers = {g: from_config.scorer(c, tok, verify_fn, backend=g) for g in needed}
   results, dropped = {}, {}
   for i, (name, split) in enumerate(sets):  # Keyed by the name as given.
@@ -383,7 +386,7 @@ def evaluate(
       _side_by_side([scorers[set_graders[m][i]] for m in modes]),
       ex,
       prompt_bucket=bucket,
-      slots=slots or c.rl.slots,
+      slots=slots,
       k=k,
       max_new_tokens=max_new_tokens,
       rng=jax.random.fold_in(jax.random.key(seed), i),
@@ -462,7 +465,12 @@ def parser() -> argparse.ArgumentParser:
   )
   p.add_argument('--max-new-tokens', type=int, default=DEFAULT_MAX_NEW_TOKENS)
   p.add_argument('--temperature', type=float, default=1.0)
-  p.add_argument('--slots', type=int, default=None, help='default: rl.slots')
+  p.add_argument(
+    '--slots',
+    type=int,
+    default=None,
+    help="default: rl.slots, halved until the plan's evaluation fits the chip",
+  )
   p.add_argument('--seed', type=int, default=42)
   p.add_argument(
     '--graders',

@@ -282,6 +282,72 @@ def resolve_layout(
   return chosen
 
 
+def command_slots(
+  c: Any,
+  cfg: Any,
+  phase: str,
+  new_tokens: int,
+  *,
+  hbm: float | None = None,
+  devices: int | None = None,
+) -> int:
+  """Slots per chunk of evaluate ('evaluation') / select_prompts ('selection').
+
+  `rl.slots`, halved (keeping a multiple of the data-parallel size) until
+  the command's phase of the plan fits a device's HBM (`pod_memory`): the
+  commands generate longer answers than the RL rounds (evaluate: 4096 new
+  tokens), so the run's slot count does not fit every pod. Fewer slots
+  only mean more chunks; the samples are the same. Without a known memory
+  (a CPU host) `rl.slots` as it is. `hbm` (bytes) and `devices` default to
+  the config's pod (`pod_memory`), else this machine.
+  """
+  from ada_jax.infra import platforms, tpu_pods
+  from ada_jax.planner import memory as memory_plan
+
+  slots = int(c.rl.slots)
+  if hbm is None:
+    _, hbm = pod_memory(c)
+  if hbm is None:
+    return slots
+  platform = 'tpu' if c.get('pod', '') else ''
+  if devices is None and c.get('pod', ''):
+    devices = tpu_pods.pod(c.pod).chips
+  elif devices is None:
+    import jax
+
+    devices = jax.device_count()
+  mesh = memory_plan.resolve_mesh(dict(c.mesh), devices)
+  dp = mesh[0] * mesh[1]  # Slots are split over data x fsdp.
+  shapes = step_shapes(c, cfg, new_tokens)
+  backend = platforms.name(platform)
+  while True:
+    p = memory_plan.plan(
+      cfg, dataclasses.replace(shapes, slots=slots), mesh, backend=backend
+    )
+    half = slots // 2
+    if p.phase_bytes(phase) <= hbm or half < dp or half % dp:
+      break
+    slots = half
+  if p.phase_bytes(phase) > hbm:
+    logging.warning(
+      '%s: %.1f GiB per device even at %d slots per chunk, over the %.0f GiB '
+      'of HBM (see python -m ada_jax.plan)',
+      phase,
+      p.phase_bytes(phase) / 2**30,
+      slots,
+      hbm / 2**30,
+    )
+  elif slots != c.rl.slots:
+    logging.info(
+      '%s: %d slots per chunk (rl.slots=%d does not fit %.0f GiB per device)',
+      phase,
+      slots,
+      c.rl.slots,
+      hbm / 2**30,
+    )
+  return slots
+
+
 def _opt(value, cast):
   """'' / 0 / None in a config mean "the default" (None)."""
   return None if value in ('', None) else cast(value)

@@ -235,6 +235,7 @@ def report(
     mark = '  <- peak' if phase == p.peak_phase else ''
     lines.append(f'total during {phase:<10}{"":<34}{_gib(total)} {_mib(total)}{mark}')
   hbm = hbm_gib * 2**30
+  totals = {'pass_rates': p.phase_bytes('pass_rates')}
   for phase, command in (
     (
       'pass_rates',
@@ -243,10 +244,21 @@ def report(
     ('evaluation', f'python -m ada_jax.evaluate (N={shapes.eval_new_tokens})'),
     ('selection', 'python -m ada_jax.select_prompts'),
   ):
-    total = p.phase_bytes(phase)
-    verdict = 'fits' if total <= hbm else 'does NOT fit'
-    lines.append(f'{command}: {total / 2**30:.2f} GiB per device, {verdict}')
-  if any(p.phase_bytes(x) > hbm for x in (*memory_plan.COMMAND_PHASES, 'pass_rates')):
+    at = ''
+    if phase != 'pass_rates':
+      # The commands' default chunk: rl.slots halved until their phase fits.
+      new = shapes.eval_new_tokens if phase == 'evaluation' else shapes.new_tokens
+      slots = from_config.command_slots(c, cfg, phase, new, hbm=hbm, devices=devices)
+      sized = dataclasses.replace(shapes, slots=slots)
+      totals[phase] = memory_plan.plan(cfg, sized, mesh, backend=backend).phase_bytes(
+        phase
+      )
+      at = f' at {slots} slots per chunk'
+    verdict = 'fits' if totals[phase] <= hbm else 'does NOT fit'
+    lines.append(
+      f'{command}: {totals[phase] / 2**30:.2f} GiB per device{at}, {verdict}'
+    )
+  if any(t > hbm for t in totals.values()):
     lines.append(
       'note: these score S // k prompts x k samples per round of S slots '
       '(k = 1: S prompts in an aligned round, slot i continuing prompt i); '

@@ -121,7 +121,8 @@ def run(
     max_prompts: sample at most this many prompts (0: all).
     max_new_tokens: default `sampling.max_new_tokens`, capped by the
       model's positions minus `data.prompt_bucket`.
-    slots: prompts per sampler chunk; default `rl.slots`.
+    slots: slots per sampler chunk; default `rl.slots`, halved until the
+      plan's selection phase fits a device (`from_config.command_slots`).
     seed: PRNG seed of the samples (the reference: 42).
     verify_fn: replaces `verifier.verify_batch` (tests).
 
@@ -188,7 +189,9 @@ def run(
     from_config.scorer(c, tok, verify_fn),
     examples,
     prompt_bucket=bucket,
-    slots=slots or c.rl.slots,
+    # The largest chunk whose plan fits a device (`command_slots`).
+    slots=slots
+    or from_config.command_slots(c, model.config, 'selection', max_new_tokens),
     k=k,
     max_new_tokens=max_new_tokens,
     rng=jax.random.key(seed),

@@ -55,8 +55,9 @@ implemented), or the step halved or quartered). Not part of the step: the
 trainer's pass-rate histogram scores S // k prompts x k samples in one
 round of S slots; greedy evaluation and the evaluate command (k = 1) run S
 prompts in an aligned round (slot i continues prompt i, no gather); `plan`
-prints their verdicts separately (evaluate at 4096 new tokens may need
-`--slots` on the smaller pods).
+prints their verdicts separately. evaluate and select_prompts halve
+`rl.slots` for their chunks until their phase fits the chip
+(`from_config.command_slots`; `plan` prints the chunk).
 """
 
 from __future__ import annotations

@@ -40,11 +40,13 @@ Commands (from the repo root):
         ./launch_tpu.sh run configs/qwen25_math_1p5b.py:tpu=v5p-64,data=easy \
             --workdir gs://BUCKET/ada/q15_balance_easy \
             --config.model.hf_path=/home/USER/models/Qwen2.5-Math-1.5B
-  Evaluate a run (Ave@32 on the four benchmarks):
-        python -m ada_jax.evaluate --config configs/qwen25_math_1p5b.py \
+  Evaluate each kept checkpoint of a run on the pod (Ave@32 on the four
+  benchmarks, graded by ours and the reference's; the chunk is sized to the
+  chip):
+        ./launch_tpu.sh eval --config configs/qwen25_math_1p5b.py:tpu=v5p-64 \
             --config.model.hf_path=/home/USER/models/Qwen2.5-Math-1.5B \
             --checkpoint gs://BUCKET/ada/q15_balance_hard \
-            --datasets math500,minerva_math,olympiadbench,aime_like --k 32
+            --step all --datasets math500,minerva_math,olympiadbench,aime_like --k 32
 
 Arg keys (comma separated): variant=grpo|pos|balance|dapo|est (default
 balance), schedule=paper|refill (pos/balance; default paper),

@@ -37,11 +37,13 @@ Commands (from the repo root):
         ./launch_tpu.sh run configs/qwen3_4b_instruct.py:tpu=v5p-64,variant=grpo \
             --workdir gs://BUCKET/ada/q3_4b_grpo_hard \
             --config.model.hf_path=/home/USER/models/Qwen3-4B-Instruct-2507
-  Evaluate a run (Ave@32 on the four benchmarks):
-        python -m ada_jax.evaluate --config configs/qwen3_4b_instruct.py \
+  Evaluate each kept checkpoint of a run on the pod (Ave@32 on the four
+  benchmarks, graded by ours and the reference's; the chunk is sized to the
+  chip):
+        ./launch_tpu.sh eval --config configs/qwen3_4b_instruct.py:tpu=v5p-64 \
             --config.model.hf_path=/home/USER/models/Qwen3-4B-Instruct-2507 \
             --checkpoint gs://BUCKET/ada/q3_4b_balance_hard \
-            --datasets math500,minerva_math,olympiadbench,aime_like --k 32
+            --step all --datasets math500,minerva_math,olympiadbench,aime_like --k 32
 
 Arg keys (comma separated): variant=grpo|pos|balance|dapo|est (default
 balance), schedule=paper|refill (pos/balance; default paper),

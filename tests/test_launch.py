@@ -595,3 +595,20 @@ def test_worker_scripts_run_an_eval_job(worker):
   assert 'ADA_DISTRIBUTED=1' in args
   (status,) = scripts('status')
   assert 'failed (exit 2): see logs (eval.tiny.' in run(status).stdout
+
+
+@pytest.mark.parametrize(
+  'config',
+  ['qwen25_math_1p5b', 'qwen25_math_7b', 'qwen3_4b_instruct', 'llama32_3b_instruct'],
+)
+def test_each_paper_config_s_documented_eval_command_is_accepted(sh, config):
+  """The config docstring's `./launch_tpu.sh eval ...`, as written, dry-run."""
+  import shlex
+
+  text = (ROOT / 'configs' / f'{config}.py').read_text()
+  start = text.index('./launch_tpu.sh eval')
+  command = text[start : text.index('\n\n', start)].replace('\\\n', ' ')
+  args = shlex.split(command)[1:]
+  out = sh('--dry-run', *POD, *args).stdout
+  assert f'config checked here: configs/{config}.py:tpu=v5p-64' in out
+  assert '-m ada_jax.evaluate --config' in out and '--step all' in out

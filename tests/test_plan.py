@@ -26,6 +26,7 @@ import ml_collections
 import pytest
 
 from ada_jax import plan, sharding
+from ada_jax.infra import tpu_pods
 from ada_jax.planner import memory, models
 
 _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -234,3 +235,52 @@ def test_the_command_lists_every_phase_of_the_plan():
   # and `--check-phases`; a phase the planner adds must show there too.
   want = ('resident', *memory.TRAINING_PHASES, *memory.COMMAND_PHASES)
   assert want == plan._PHASE_ORDER
+
+
+@pytest.mark.parametrize('name', sorted(models.PAPER_MODELS))
+def test_commands_pick_the_largest_chunk_that_fits_each_pod(name, caplog):
+  """The commands (evaluate, select_prompts) halve rl.slots until they fit.
+
+  The paper configs keep rl.slots=4096 for the RL rounds; evaluate's 4096
+  new tokens did not fit 1.5B on v4-32 at that chunk (47.8 GiB of 32), and
+  a default that runs out of memory is what a user met. The plan is the
+  oracle (its evaluation and selection phases are calibrated against the
+  TPU compiler in test_tpu_topology / tests/data/tpu_compiled.json).
+  """
+  from ada_jax import from_config
+
+  for pod in ('v4-32', 'v5p-64', 'v6e-64'):
+    c = from_config.load(f'configs/{name}.py:tpu={pod}')
+    cfg = plan.model_config(c, name)
+    from_config.resolve_layout(c, cfg, refuse=False)
+    _, hbm = from_config.pod_memory(c)
+    mesh = memory.resolve_mesh(dict(c.mesh), tpu_pods.pod(pod).chips)
+    for phase, new in (('evaluation', 3072), ('selection', c.sampling.max_new_tokens)):
+      slots = from_config.command_slots(c, cfg, phase, new)
+      shapes = dataclasses.replace(plan.step_shapes(c, cfg, new), slots=slots)
+
+      def need(s, shapes=shapes, phase=phase, cfg=cfg, mesh=mesh):
+        sized = dataclasses.replace(shapes, slots=s)
+        return memory.plan(cfg, sized, mesh, backend='tpu').phase_bytes(phase)
+
+      assert c.rl.slots % slots == 0 and slots % (mesh[0] * mesh[1]) == 0
+      assert (c.rl.slots // slots).bit_count() == 1  # rl.slots / 2^i
+      if need(slots) <= hbm:
+        assert slots == c.rl.slots or need(2 * slots) > hbm  # The largest.
+      else:  # Nothing fits: the smallest chunk, and a warning.
+        assert slots == mesh[0] * mesh[1]
+        assert f'{phase}: ' in caplog.text and 'over the' in caplog.text
+
+
+def test_command_slots_on_1p5b_v4_32_and_on_a_cpu_host():
+  from ada_jax import from_config
+
+  c = from_config.load('configs/qwen25_math_1p5b.py:tpu=v4-32')
+  cfg = plan.model_config(c, 'qwen25_math_1p5b')
+  from_config.resolve_layout(c, cfg)
+  assert from_config.command_slots(c, cfg, 'evaluation', 3072) == 2048
+  text = plan.report(c, 'configs/qwen25_math_1p5b.py:tpu=v4-32', None, None)
+  assert 'python -m ada_jax.evaluate (N=' in text
+  assert 'at 2048 slots per chunk, fits' in text
+  tiny = from_config.load('configs/tiny_arith.py')  # No pod, CPU: as it is.
+  assert from_config.command_slots(tiny, None, 'evaluation', 64) == tiny.rl.slots
