@@ -37,7 +37,14 @@ workdir already holds a finished summary.json made with the same config (a
 different saved config.json stops the sweep, naming the keys) and resumes
 the others (main resumes from the latest checkpoint). With `--tpu POD --run`, each run is
 started with `./launch_tpu.sh --name POD run ...` and polled with `status`
-until no worker holds a job, then the next one starts.
+until no worker holds a job; a finished run on gs:// is skipped the same
+way, and a job that did not exit 0 stops the sweep with one line naming the
+run and its exit code (75: resumable, the sweep exits 75; else 1).
+
+`--model NAME --tpu-type TYPE --seeds 0,1,2` pick the TPU grid of the
+experiments (default: qwen25_math_1p5b, v5p-64, seed 0). TPU runs are
+named by their settings in one folder, ROOT/tpu_runs/, shared by every
+experiment: a run two grids share (the default balance run) runs once.
 
 A local `--run` stops at the first run that does not finish (exit codes:
 ada_jax/exit_codes.py). A run stopped by a signal after its checkpoint
@@ -58,6 +65,7 @@ import importlib.util
 import inspect
 import json
 import os
+import re
 import shlex
 import signal
 import subprocess
@@ -152,10 +160,21 @@ def _fill(value: Any, places: Mapping[str, str]) -> Any:
   return value
 
 
-def _entries(module: Any, local: bool) -> list[dict[str, Any]]:
-  if 'local' in inspect.signature(module.sweep).parameters:
-    return list(module.sweep(local=local))
-  return list(module.sweep())
+def _entries(
+  module: Any, local: bool, grid: Mapping[str, Any] | None = None
+) -> list[dict[str, Any]]:
+  """module.sweep()'s entries; `grid` (model, pod, seeds) where it takes them."""
+  params = inspect.signature(module.sweep).parameters
+  kwargs = {k: v for k, v in (grid or {}).items() if v}
+  missing = sorted(set(kwargs) - set(params))
+  if missing:
+    raise ValueError(
+      f'{module.__name__}.sweep() takes no {", ".join(missing)} (--model, '
+      '--tpu-type, --seeds pick the grids of experiments/experiment.py)'
+    )
+  if 'local' in params:
+    return list(module.sweep(local=local, **kwargs))
+  return list(module.sweep(**kwargs))
 
 
 def expand(
@@ -165,6 +184,7 @@ def expand(
   check: bool = True,
   local: bool = True,
   extra: Mapping[str, Any] | None = None,
+  grid: Mapping[str, Any] | None = None,
 ) -> list[Run]:
   """The runs of `path`'s sweep(), workdirs below ROOT/<group>/.
 
@@ -174,6 +194,7 @@ def expand(
     check: build every config first.
     local: the local grid (`sweep(local=True)`) or the TPU one.
     extra: overrides added to every run, after the entry's own.
+    grid: model / pod / seeds for a sweep() that takes them.
 
   Raises:
     ValueError: a malformed entry, a workdir used twice, or (check=True) a
@@ -184,8 +205,8 @@ def expand(
   root = root.rstrip('/')
   places = {'root': f'{root}/{experiment}', 'sweeps': root}
   runs, seen = [], set()
-  for i, entry in enumerate(_entries(module, local)):
-    unknown = set(entry) - {'config', 'arg', 'overrides', 'name', 'group'}
+  for i, entry in enumerate(_entries(module, local, grid)):
+    unknown = set(entry) - {'config', 'arg', 'overrides', 'name', 'group', 'label'}
     if unknown or 'config' not in entry or 'name' not in entry:
       raise ValueError(
         f'{path}: sweep()[{i}] needs config and name (optional arg, overrides, '
@@ -219,11 +240,32 @@ def _parse_set(items: Sequence[str]) -> dict[str, str]:
 
 
 def _finished(workdir: str) -> bool:
-  summary = os.path.join(workdir, 'summary.json')
-  if workdir.startswith('gs://') or not os.path.isfile(summary):
+  """Whether the run's summary.json says it finished (local or gs://)."""
+  from ada_jax.infra import storage
+
+  summary = storage.path(f'{workdir.rstrip("/")}/summary.json')
+  if not summary.is_file():
     return False
-  with open(summary) as f:
-    return 'after_rl' in json.load(f)
+  return 'after_rl' in json.loads(summary.read_text())
+
+
+def _skip_if_finished(run: Run) -> bool:
+  """True (and a line) for a finished run made with this config.
+
+  Raises:
+    ValueError: it finished with another config (the identity rule).
+  """
+  if not _finished(run.workdir):
+    return False
+  diff = config_mismatch(run)
+  if diff:
+    raise ValueError(
+      f'{run.workdir} finished with another config than this sweep '
+      f'builds ({"; ".join(diff[:5])}); move it away or pass another '
+      '--workdir-root'
+    )
+  print(f'  {run.workdir} has a finished summary.json: skipped', flush=True)
+  return True
 
 
 def _diff(saved: Any, want: Any, prefix: str = '') -> list[str]:
@@ -259,11 +301,24 @@ def config_mismatch(run: Run) -> list[str]:
   return from_config.identity_conflicts(recorded, given)
 
 
-def _tpu_busy(tpu: str, runner: Callable[..., Any]) -> bool:
+def _tpu_status(tpu: str, runner: Callable[..., Any]) -> str:
   out = runner(
     ['./launch_tpu.sh', '--name', tpu, 'status'], capture_output=True, text=True
   )
-  return 'running pid' in (out.stdout or '')
+  return out.stdout or ''
+
+
+def job_exit_code(status: str) -> int | None:
+  """The pod job's exit code from `launch_tpu.sh status` (the workers' worst).
+
+  Each worker's line says `exit 0: finished`, `exit 75: ...`, `exit 73:
+  ...` or `failed (exit N)`; None when no worker recorded one.
+  """
+  codes = [int(m) for m in re.findall(r'\bexit (\d+)', status)]
+  if not codes:
+    return None
+  failed = [c for c in codes if c not in (exit_codes.OK, exit_codes.STOPPED)]
+  return failed[0] if failed else max(codes)
 
 
 def _meaning(code: int) -> str:
@@ -340,17 +395,9 @@ def run_all(
   runner = runner or subprocess.run
   for i, run in enumerate(runs):
     print(f'[{i + 1}/{len(runs)}] {run.name}', flush=True)
+    if _skip_if_finished(run):
+      continue
     if tpu is None:
-      if _finished(run.workdir):
-        diff = config_mismatch(run)
-        if diff:
-          raise ValueError(
-            f'{run.workdir} finished with another config than this sweep '
-            f'builds ({"; ".join(diff[:5])}); move it away or pass another '
-            '--workdir-root'
-          )
-        print(f'  {run.workdir} has a finished summary.json: skipped', flush=True)
-        continue
       with _Signals(run) as caught:
         code = runner(run.main_argv(), check=False).returncode
       if code == exit_codes.STOPPED:
@@ -386,8 +433,25 @@ def run_all(
         flush=True,
       )
       return exit_codes.FAILED
-    while _tpu_busy(tpu, runner):
+    while 'running pid' in (status := _tpu_status(tpu, runner)):
       time.sleep(poll_s)
+    code = job_exit_code(status)
+    if code == exit_codes.STOPPED:
+      print(
+        f'sweep: run {run.name} ({run.workdir}) stopped after a checkpoint on '
+        f'{tpu}: resumable: rerun the same sweep command',
+        flush=True,
+      )
+      return exit_codes.STOPPED
+    if code != exit_codes.OK:
+      print(
+        f'sweep: error: run {run.name} ({run.workdir}) on {tpu} ended with '
+        f'{"no exit code" if code is None else f"exit {code}: {_meaning(code)}"}'
+        f'; see ./launch_tpu.sh --name {tpu} logs',
+        file=sys.stderr,
+        flush=True,
+      )
+      return exit_codes.FAILED
   return exit_codes.OK
 
 
@@ -416,8 +480,21 @@ def main(argv: Sequence[str] | None = None) -> None:
     help=f'ROOT of the workdirs [ADA_SWEEP_ROOT] (default {DEFAULT_ROOT}; '
     'gs://... with --tpu)',
   )
+  parser.add_argument(
+    '--model', default='', help='TPU grid: configs/MODEL.py (e.g. qwen25_math_7b)'
+  )
+  parser.add_argument(
+    '--tpu-type', default='', help='TPU grid: the accelerator type, e.g. v6e-64'
+  )
+  parser.add_argument('--seeds', default='', help='comma list, e.g. 0,1,2')
   args = parser.parse_args(argv)
   root = args.workdir_root or DEFAULT_ROOT
+  try:
+    seeds = tuple(int(x) for x in args.seeds.split(',') if x.strip())
+  except ValueError:
+    parser.error(f'--seeds {args.seeds!r}: a comma list of integers')
+  if args.model and not os.path.isfile(f'configs/{args.model}.py'):
+    parser.error(f'--model {args.model}: no configs/{args.model}.py')
   if args.tpu and not root.startswith('gs://'):
     parser.error('--tpu needs --workdir-root gs://BUCKET/DIR (or ADA_SWEEP_ROOT)')
   grid = args.grid or ('tpu' if args.tpu else 'local')
@@ -427,6 +504,7 @@ def main(argv: Sequence[str] | None = None) -> None:
       root=root,
       local=grid == 'local',
       extra=_parse_set(args.set),
+      grid={'model': args.model, 'pod': args.tpu_type, 'seeds': seeds},
     )
   except (ValueError, FileNotFoundError) as e:
     sys.exit(f'error: {e}')
@@ -437,7 +515,10 @@ def main(argv: Sequence[str] | None = None) -> None:
         argv_[0] = 'python'
       print(shlex.join(argv_))
     return
-  sys.exit(run_all(runs, tpu=args.tpu))
+  try:
+    sys.exit(run_all(runs, tpu=args.tpu))
+  except ValueError as e:  # A finished run made with another config.
+    sys.exit(f'error: {e}')
 
 
 if __name__ == '__main__':

@@ -14,13 +14,16 @@ experiments: the first sweep to reach one runs it (about 4 minutes), the
 others find it finished. Runs are listed seed by seed, each seed's warm
 start first, so a sweep stopped early leaves whole seeds, all variants alike.
 
-TPU grid: the paper's Qwen2.5-Math-1.5B config (`configs/qwen25_math_1p5b.py`)
-on a v5p-64 with its hyperparameters unchanged, no SFT, one seed (each run
-takes hours); the model directory comes with the sweep command
-(`--set model.hf_path=...`).
+TPU grid: a paper config (default Qwen2.5-Math-1.5B, `configs/qwen25_math_1p5b.py`)
+on a pod (default v5p-64) with its hyperparameters unchanged, no SFT, the
+seeds asked for (default one: each run takes hours); the sweep command's
+`--model`, `--tpu-type` and `--seeds` pick them, and `--set
+model.hf_path=...` the model directory. TPU runs are named by their
+settings, in one folder shared by all experiments (ROOT/tpu_runs/), so a
+run two experiments share runs once.
 
 Runs are named `<variant>_s<seed>`. `python -m experiments.NAME [--root ROOT]
-[--out DIR] [--grid local|tpu]` analyzes the runs of the grid found below
+[--out DIR] [--grid local|tpu] [--model M --tpu-type T --seeds S]` analyzes the runs of the grid found below
 ROOT/NAME (ROOT: $ADA_SWEEP_ROOT or /tmp/ada_sweeps) into DIR (default
 ROOT/NAME/analysis).
 """
@@ -100,16 +103,39 @@ def local_runs(
   return out
 
 
+TPU_GROUP = 'tpu_runs'  # The sweep group of every TPU run, all experiments.
+
+
+def _settings(arg: str, overrides: Mapping[str, Any]) -> str:
+  """A run's settings as a folder name: the same settings, the same name."""
+  parts = sorted(p.replace('=', '-') for p in arg.split(',') if p)
+  parts += [f'{k}-{v}' for k, v in sorted(overrides.items())]
+  slug = '_'.join(parts) or 'default'
+  return ''.join(ch if ch.isalnum() or ch in '-_.' else '-' for ch in slug)
+
+
 def tpu_runs(
-  variants: Variants, seeds: Sequence[int] = TPU_SEEDS
+  variants: Variants,
+  seeds: Sequence[int] = TPU_SEEDS,
+  config: str = PAPER,
+  pod: str = POD,
 ) -> list[dict[str, Any]]:
-  """Every variant on the paper config for the pod, hyperparameters unchanged."""
+  """Every variant on a paper config for the pod, hyperparameters unchanged.
+
+  A run is named by its model, pod, settings and seed, in one group shared
+  by every experiment (`TPU_GROUP`): a run two experiments share (the
+  default balance run is in all of them) runs once, and the next sweep finds
+  it finished. `label` keeps the variant's name for the analysis.
+  """
+  model = os.path.splitext(os.path.basename(config))[0]
   return [
     dict(
-      config=PAPER,
-      arg=_arg(arg, f'tpu={POD}', f'seed={seed}'),
+      config=config,
+      arg=_arg(arg, f'tpu={pod}', f'seed={seed}'),
       overrides=dict(overrides),
-      name=f'{name}_s{seed}',
+      name=f'{model}_{pod}_{_settings(arg, overrides)}_s{seed}',
+      group=TPU_GROUP,
+      label=f'{name}_s{seed}',
     )
     for seed in seeds
     for name, (arg, overrides) in variants.items()
@@ -140,11 +166,25 @@ class Experiment:
   rl_steps: int | None = LOCAL_RL_STEPS
   tables: Mapping[str, Sequence[report.Column]] | None = None
 
-  def sweep(self, local: bool = True) -> list[dict[str, Any]]:
-    """The `ada_jax.sweep` entries: the local grid, or the TPU one."""
+  def sweep(
+    self,
+    local: bool = True,
+    *,
+    model: str = '',
+    pod: str = '',
+    seeds: Sequence[int] = (),
+  ) -> list[dict[str, Any]]:
+    """The `ada_jax.sweep` entries: the local grid, or the TPU one.
+
+    model (a config's name, e.g. qwen25_math_7b), pod (an accelerator type)
+    and seeds pick the TPU grid's (defaults: PAPER, POD, TPU_SEEDS).
+    """
     if local:
-      return local_runs(self.variants, rl_steps=self.rl_steps)
-    return tpu_runs(self.tpu_variants or self.variants)
+      return local_runs(self.variants, seeds or SEEDS, rl_steps=self.rl_steps)
+    config = f'configs/{model}.py' if model else PAPER
+    return tpu_runs(
+      self.tpu_variants or self.variants, seeds or TPU_SEEDS, config, pod or POD
+    )
 
   def analyze(self, workdirs: Mapping[str, str], out_dir: str) -> str:
     """PNG curves and OUT/NAME.md from `{run name: workdir}`; returns the table."""
@@ -168,10 +208,20 @@ class Experiment:
     )
     parser.add_argument('--out', default=None, help='default: ROOT/NAME/analysis')
     parser.add_argument('--grid', choices=('local', 'tpu'), default='local')
+    parser.add_argument('--model', default='', help='TPU grid: configs/MODEL.py')
+    parser.add_argument('--tpu-type', default='', help='TPU grid: e.g. v6e-64')
+    parser.add_argument('--seeds', default='', help='comma list, e.g. 0,1')
     args = parser.parse_args(argv)
-    folder = f'{args.root.rstrip("/")}/{self.name}'
+    seeds = tuple(int(x) for x in args.seeds.split(',') if x.strip())
+    root = args.root.rstrip('/')
     # Warm starts live in their own group, with no RL rows to compare.
-    names = [e['name'] for e in self.sweep(args.grid == 'local') if 'group' not in e]
-    workdirs = {n: f'{folder}/{n}' for n in names}
+    workdirs = {
+      e.get('label', e['name']): f'{root}/{e.get("group") or self.name}/{e["name"]}'
+      for e in self.sweep(
+        args.grid == 'local', model=args.model, pod=args.tpu_type, seeds=seeds
+      )
+      if e.get('group') != WARM_START
+    }
+    folder = f'{root}/{self.name}'
     found = {n: wd for n, wd in workdirs.items() if epath.Path(wd).exists()}
     print(self.analyze(found, args.out or f'{folder}/analysis'))

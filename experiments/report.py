@@ -3,7 +3,10 @@ r"""Reads an experiment's runs back: seed-mean curves as PNG, a markdown table.
 Every experiment names its runs `<variant>_s<seed>` and its `analyze` hands
 `{name: workdir}` here with the curves and table columns that decide its
 question. A run contributes its RL rows (`metrics.jsonl`, phase `rl`) and
-`summary.json` (greedy test accuracy before and after RL). A run without RL
+`summary.json` (greedy test accuracy before and after RL), and its
+`python -m ada_jax.evaluate` report where it has one (`eval/eval.json`, or
+the latest `eval/step_N/`): a table of Ave@k and pass@k per grader (the
+paper configs compute no greedy accuracy; this is their table). A run without RL
 rows (not started) is left out; a run still going counts with the steps it
 has, and each variant's curves stop at its shortest run.
 
@@ -40,10 +43,16 @@ X_LABELS = {
 
 @dataclasses.dataclass(frozen=True)
 class Run:
-  """One seed of one variant: its RL metrics rows and its summary.json."""
+  """One seed of one variant: its RL metrics rows, summary.json, eval.json.
+
+  `evaluation`: the run's `python -m ada_jax.evaluate` report, from
+  DIR/eval/eval.json or, after `--step all`, the latest DIR/eval/step_N/
+  ({} when it has none).
+  """
 
   rows: list[dict[str, Any]]
   summary: dict[str, Any]
+  evaluation: dict[str, Any] = dataclasses.field(default_factory=dict)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -167,7 +176,56 @@ def load(workdirs: Mapping[str, str]) -> dict[str, list[Run]]:
       continue
     summary_path = wd / 'summary.json'
     summary = json.loads(summary_path.read_text()) if summary_path.exists() else {}
-    out.setdefault(variant_of(name), []).append(Run(rows, summary))
+    out.setdefault(variant_of(name), []).append(Run(rows, summary, _evaluation(wd)))
+  return out
+
+
+def _evaluation(workdir: epath.Path) -> dict[str, Any]:
+  """The run's eval.json (the latest step's after `--step all`), or {}."""
+  folder = workdir / 'eval'
+  if (folder / 'eval.json').exists():
+    return json.loads((folder / 'eval.json').read_text())
+  steps = []
+  if folder.exists():
+    for child in folder.iterdir():
+      tail = child.name.removeprefix('step_')
+      if tail.isdigit() and (child / 'eval.json').exists():
+        steps.append((int(tail), child))
+  return json.loads((max(steps)[1] / 'eval.json').read_text()) if steps else {}
+
+
+def eval_columns(runs: Sequence[Run]) -> list[Column]:
+  """Ave@k and pass@k (weighted over the sets) per grader of the eval.json files.
+
+  One pair per grader found, the paper's graders (the reference's) marked.
+  """
+  reports = [r.evaluation for r in runs if r.evaluation]
+  if not reports:
+    return []
+  k = reports[0]['k']
+  modes: list[str] = []
+  for rep in reports:
+    graders = rep.get('graders', ['ada'])
+    for m in [graders] if isinstance(graders, str) else graders:
+      if m not in modes:
+        modes.append(m)
+
+  def get(mode: str, what: str) -> Callable[[Run], float | None]:
+    def value(run: Run) -> float | None:
+      w = run.evaluation.get('weighted_by_grader', {}).get(mode)
+      if w is None and run.evaluation.get('graders') in (mode, [mode]):
+        w = run.evaluation.get('weighted')  # One grader, older reports.
+      if not w:
+        return None
+      return w['ave_at_k'] if what == 'ave' else w['pass_at'].get(str(k))
+
+    return value
+
+  out = []
+  for m in modes:
+    mark = ', paper' if m == reports[0].get('paper_graders') else ''
+    out.append(Column(f'Ave@{k} ({m}{mark})', get(m, 'ave')))
+    out.append(Column(f'pass@{k} ({m}{mark})', get(m, 'pass')))
   return out
 
 
@@ -334,6 +392,11 @@ def report(
   text = table(variants, columns)
   for title, cols in (tables or {}).items():
     text += f'\n{title}\n\n' + table(variants, cols)
+  benchmark = eval_columns([r for runs in variants.values() for r in runs])
+  if benchmark:
+    text += "\nBenchmarks (each run's eval.json, weighted over its sets)\n\n" + table(
+      variants, benchmark
+    )
   images = ''.join(f'![{os.path.basename(p)}]({os.path.basename(p)})\n' for p in plots)
   (out / f'{name}.md').write_text(f'# {name}\n\n{text}\n{images}')
   return text

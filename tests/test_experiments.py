@@ -355,7 +355,11 @@ def test_warm_starts_are_shared_by_all_experiments(tmp_path, monkeypatch):
 def test_budget_slots_follow_m():
   module = sweep.load_module(_path('budget'))
   for local, prompts in ((True, 32), (False, 512)):
-    budgets = [e['overrides'] for e in module.sweep(local=local) if 'group' not in e]
+    budgets = [
+      e['overrides']
+      for e in module.sweep(local=local)
+      if e.get('group') != experiment_lib.WARM_START
+    ]
     assert {(o['rl.samples_per_round'], o['rl.max_rounds']) for o in budgets} == set(
       module.BUDGETS
     )
@@ -555,3 +559,145 @@ def test_analyze_real_run_metrics(name, real_run, tmp_path):
     )
   for plot in module.EXPERIMENT.curves:
     assert (tmp_path / 'out' / f'{plot}.png').stat().st_size > 1000
+
+
+# The TPU grid: model, pod and seeds as arguments; each distinct run once.
+
+
+def test_tpu_grid_takes_model_pod_and_seeds(monkeypatch, capsys):
+  monkeypatch.chdir(ROOT)
+  grid = {'model': 'qwen25_math_7b', 'pod': 'v6e-64', 'seeds': (0, 1)}
+  runs = sweep.expand(_path('exit_rule'), root='gs://b/ada', local=False, grid=grid)
+  variants = sweep.load_module(_path('exit_rule')).EXPERIMENT.variants
+  assert len(runs) == 2 * len(variants)
+  for run in runs:
+    assert run.config.startswith('configs/qwen25_math_7b.py:')
+    assert 'tpu=v6e-64' in run.config and run.workdir.startswith('gs://b/ada/tpu_runs/')
+  assert {sweep.build_config(r.config, r.overrides).seed for r in runs} == {0, 1}
+  with pytest.raises(SystemExit):
+    sweep.main([_path('exit_rule'), '--tpu', 'p', '--workdir-root', 'gs://b/x',
+                '--model', 'nope'])  # fmt: skip
+  assert 'no configs/nope.py' in capsys.readouterr().err
+
+
+def test_a_run_shared_by_experiments_has_one_workdir(monkeypatch):
+  """The same settings in two experiments: one workdir, so it runs once."""
+  monkeypatch.chdir(ROOT)
+  by_workdir, total = {}, 0
+  for name in EXPERIMENTS:
+    for run in sweep.expand(_path(name), root='gs://b/ada', local=False, check=False):
+      total += 1
+      same = by_workdir.setdefault(run.workdir, run)
+      assert (same.config, same.overrides) == (run.config, run.overrides)
+  assert len(by_workdir) < total  # The default balance run is in every grid.
+  by_settings = {(r.config, r.overrides) for r in by_workdir.values()}
+  assert len(by_settings) == len(by_workdir)  # Distinct settings, distinct dirs.
+
+
+def test_job_exit_code_from_status():
+  line = 'w{}: code abc, {} (tiny.x): last'
+  assert sweep.job_exit_code(line.format(0, 'running pid 5')) is None
+  finished = [line.format(w, 'exit 0: finished') for w in range(4)]
+  assert sweep.job_exit_code('\n'.join(finished)) == 0
+  failed = [*finished[:3], line.format(3, 'failed (exit 1): see logs')]
+  assert sweep.job_exit_code('\n'.join(failed)) == 1
+  stopped = [line.format(w, 'exit 75: stopped after a checkpoint') for w in range(2)]
+  assert sweep.job_exit_code('\n'.join(stopped)) == 75
+
+
+@pytest.mark.parametrize(('state', 'code'), [('failed (exit 2): see logs', 1),
+                                             ('exit 75: stopped after a checkpoint', 75),
+                                             ('exit 73: busy: another', 1)])  # fmt: skip
+def test_tpu_sweep_stops_on_a_job_that_did_not_finish(
+  experiment, tmp_path, capsys, state, code
+):
+  calls = []
+
+  class Status:
+    stdout = f'w0: code abc, {state} (x.1): last line'
+    returncode = 0
+
+  def runner(argv, **kw):
+    calls.append(argv)
+    return Status()
+
+  runs = sweep.expand(experiment, root=str(tmp_path))
+  assert sweep.run_all(runs, tpu='pod', runner=runner, poll_s=0) == code
+  assert len(calls) == 2  # The first run's launch and status; nothing after.
+  out, err = capsys.readouterr()
+  if code == 1:
+    assert err.startswith(
+      f'sweep: error: run {runs[0].name} ({runs[0].workdir}) on pod'
+    )
+    assert re.search(r'exit (2|73): ', err)
+  else:
+    assert 'stopped after a checkpoint on pod: resumable' in out
+
+
+def test_tpu_sweep_skips_finished_runs_on_gs(experiment, gcs_dir):
+  """A finished run on gs:// (the emulator) is skipped, not started again."""
+  from ada_jax.infra import storage
+
+  runs = sweep.expand(experiment, root=gcs_dir)[:2]
+  done = storage.path(runs[0].workdir)
+  done.mkdir(parents=True, exist_ok=True)
+  (done / 'summary.json').write_text('{"after_rl": {}}')
+  config = metrics_lib.config_json(
+    sweep.build_config(runs[0].config, runs[0].overrides)
+  )
+  (done / run_dir.CONFIG_FILE).write_text(json.dumps(config))
+  calls = []
+
+  class Done:
+    stdout = 'w0: code abc, exit 0: finished (x): done'
+    returncode = 0
+
+  def runner(argv, **kw):
+    calls.append(argv)
+    return Done()
+
+  assert sweep.run_all(runs, tpu='pod', runner=runner, poll_s=0) == 0
+  launched = [c for c in calls if 'run' in c]
+  assert len(launched) == 1 and f'{runs[1].workdir}' in launched[0]
+
+
+def test_report_reads_each_run_s_eval_json(tmp_path):
+  """The benchmark table: Ave@k / pass@k per grader, seed mean, latest step."""
+
+  def report_of(ada, ref, step):
+    def grader(ave, pass_k):
+      return {'ave_at_k': ave, 'pass_at': {'1': ave, '4': pass_k}}
+
+    return {
+      'k': 4, 'step': step, 'graders': ['ada', 'reference'],
+      'paper_graders': 'reference', 'weighted': grader(*ada),
+      'weighted_by_grader': {'ada': grader(*ada), 'reference': grader(*ref)},
+    }  # fmt: skip
+
+  steps = [0.1, 0.2]
+  for name, ada, ref in (
+    ('a_s0', (0.5, 0.7), (0.6, 0.8)),
+    ('a_s1', (0.3, 0.5), (0.4, 0.6)),
+  ):
+    wd = tmp_path / name
+    _write_run(wd, steps, [10, 10])
+    old = wd / 'eval' / 'step_1'  # An older kept step: not the one read.
+    old.mkdir(parents=True)
+    (old / 'eval.json').write_text(json.dumps(report_of((0.0, 0.0), (0.0, 0.0), 1)))
+    new = wd / 'eval' / 'step_20'
+    new.mkdir()
+    (new / 'eval.json').write_text(json.dumps(report_of(ada, ref, 20)))
+  _write_run(tmp_path / 'b_s0', steps, [10, 10])  # No eval.json: n/a.
+  workdirs = {p.name: str(p) for p in tmp_path.iterdir()}
+  text = report.report(
+    workdirs, str(tmp_path / 'out'), name='t', curves={}, columns=report.STANDARD
+  )
+  table = text.split("Benchmarks (each run's eval.json, weighted over its sets)")[1]
+  assert (
+    '| variant | seeds | Ave@4 (ada) | pass@4 (ada) | Ave@4 (reference, paper) '
+    '| pass@4 (reference, paper) |'
+  ) in table
+  assert (
+    '| a | 2 | 0.400 ± 0.141 | 0.600 ± 0.141 | 0.500 ± 0.141 | 0.700 ± 0.141 |' in table
+  )
+  assert '| b | 1 | n/a | n/a | n/a | n/a |' in table
