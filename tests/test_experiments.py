@@ -87,16 +87,23 @@ def test_sweep_expands_to_configs_that_build(experiment, capsys):
   assert capsys.readouterr().out.splitlines() == lines
 
 
-def test_sweep_run_local_and_tpu(experiment, tmp_path):
-  calls = []
+def _status_runner(calls: list, state: str = 'exit 0: finished'):
+  """A subprocess.run stand-in: records argv; `status` shows `state`."""
 
-  class Done:
-    stdout = 'w0: code abc, exit 0: finished: done'
+  class Result:
+    stdout = f'w0: code abc, {state} (x.1): last line'
     returncode = 0
 
   def runner(argv, **kw):
     calls.append(argv)
-    return Done()
+    return Result()
+
+  return runner
+
+
+def test_sweep_run_local_and_tpu(experiment, tmp_path):
+  calls = []
+  runner = _status_runner(calls)
 
   runs = sweep.expand(experiment, root=str(tmp_path))
   done = pathlib.Path(runs[0].workdir)
@@ -612,15 +619,7 @@ def test_tpu_sweep_stops_on_a_job_that_did_not_finish(
   experiment, tmp_path, capsys, state, code
 ):
   calls = []
-
-  class Status:
-    stdout = f'w0: code abc, {state} (x.1): last line'
-    returncode = 0
-
-  def runner(argv, **kw):
-    calls.append(argv)
-    return Status()
-
+  runner = _status_runner(calls, state)
   runs = sweep.expand(experiment, root=str(tmp_path))
   assert sweep.run_all(runs, tpu='pod', runner=runner, poll_s=0) == code
   assert len(calls) == 2  # The first run's launch and status; nothing after.
@@ -647,15 +646,7 @@ def test_tpu_sweep_skips_finished_runs_on_gs(experiment, gcs_dir):
   )
   (done / run_dir.CONFIG_FILE).write_text(json.dumps(config))
   calls = []
-
-  class Done:
-    stdout = 'w0: code abc, exit 0: finished (x): done'
-    returncode = 0
-
-  def runner(argv, **kw):
-    calls.append(argv)
-    return Done()
-
+  runner = _status_runner(calls)
   assert sweep.run_all(runs, tpu='pod', runner=runner, poll_s=0) == 0
   launched = [c for c in calls if 'run' in c]
   assert len(launched) == 1 and f'{runs[1].workdir}' in launched[0]
