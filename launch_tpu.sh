@@ -62,6 +62,11 @@ Commands:
                          config's mesh builds on the chips, each host feeds its
                          rows, the plan fits (default config: qwen25_math_1p5b,
                          with tpu=TYPE when --type is given)
+  stage ARGS...          here, on a machine with internet: `python -m ada_jax.stage ARGS...`
+                         downloads a paper config's model and its prompt and evaluation
+                         sets once into a bucket (--config CONFIG --to gs://BUCKET/DIR;
+                         a gated model needs HF_TOKEN) and prints the --config.* overrides
+                         that read them from there on every worker
   run CONFIG[:ARGS] [--config.key=value ...]
                          start `python -m ada_jax.main --config CONFIG[:ARGS]
                          --workdir gs://...` on every worker (nohup; log, pid file and
@@ -552,6 +557,19 @@ pod_command() {  # CMD MODULE JOB_DIR "REQUIRED_ARGS" "GS_ARGS" ARG...
   start_job "$cmd.$(basename "$job_dir")" "${CACHE_DIR:-${job_dir%/}/jax_cache}" -m "$module" "$@"
 }
 
+# Here, not on the pod: the machine with internet downloads the config's
+# model and sets into the bucket once (python -m ada_jax.stage); every worker
+# then reads them from there.
+cmd_stage() {
+  local py
+  for py in "${ADA_PYTHON:-}" "$REPO_ROOT/.venv/bin/python" python3; do
+    [[ -n $py ]] && command -v "$py" >/dev/null && "$py" -c 'import ada_jax.stage' 2>/dev/null && break
+    py=""
+  done
+  [[ -n $py ]] || die "stage needs a python with ada_jax installed here (pip install -e .; or set ADA_PYTHON)"
+  (cd "$REPO_ROOT" && x "$py" -m ada_jax.stage ${REST[@]+"${REST[@]}"})
+}
+
 cmd_eval() {
   require
   pod_command eval ada_jax.evaluate "$(arg_value --checkpoint ${REST[@]+"${REST[@]}"})" \
@@ -669,7 +687,7 @@ main() {
       *) if [[ -z $cmd ]]; then cmd=$1; else REST+=("$1"); fi; need=0
          # eval and export take their command's own arguments (--workdir,
          # --out, --step... are evaluate's / export's, not the launcher's).
-         if [[ $cmd == eval || $cmd == export ]]; then shift; REST+=("$@"); break; fi ;;
+         if [[ $cmd == eval || $cmd == export || $cmd == stage ]]; then shift; REST+=("$@"); break; fi ;;
     esac
     if (( need )); then
       [[ $# -ge 2 && -n $2 ]] || die "$1 needs a value"
@@ -681,7 +699,7 @@ main() {
   [[ $GRACE =~ ^[0-9]+$ ]] || die "--grace wants seconds, got '$GRACE'"
   (( DRY_RUN )) && note "dry run: nothing is executed"
   case $cmd in
-    create|setup|run|eval|export|logs|status|stop|delete|ssh) "cmd_$cmd" ;;
+    create|setup|stage|run|eval|export|logs|status|stop|delete|ssh) "cmd_$cmd" ;;
     "") usage >&2; die "no command" ;;
     *) die "unknown command '$cmd' (see -h)" ;;
   esac

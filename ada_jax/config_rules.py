@@ -161,6 +161,7 @@ def _rules() -> dict[str, Rule]:
     'model.max_position_embeddings': Int(0, why="0 keeps the checkpoint's"),
     'model.hf_path': STR,
     'model.tokenizer_path': STR,
+    'model.hub_id': STR,  # Where `python -m ada_jax.stage` downloads it from.
     'model.init_from': STR,
     'model.dtype': OneOf('float32', 'bfloat16'),
     'model.param_dtype': OneOf('float32', 'bfloat16'),
@@ -281,7 +282,7 @@ COMPUTATION = 'computation'
 EXECUTION = 'execution'
 _EXECUTION_KEYS = frozenset({
   'mesh.data', 'mesh.fsdp', 'mesh.tensor', 'pod',
-  'model.hf_path', 'model.tokenizer_path', 'model.init_from',
+  'model.hf_path', 'model.tokenizer_path', 'model.init_from', 'model.hub_id',
   'model.attention', 'model.remat',
   'data.data_dir', 'data.manual_dir',
   'rl.micro_batch_rows', 'rl.eval_every', 'rl.max_nonfinite_steps',

@@ -67,6 +67,8 @@ from collections.abc import Mapping, Sequence
 
 import ml_collections
 
+from ada_jax import hub_ids
+
 VARIANTS = ('grpo', 'pos', 'balance', 'dapo', 'est')
 SCHEDULES = ('paper', 'refill')
 # The pods of the tables above (the paper configs' launch examples); `tpu=`
@@ -232,6 +234,8 @@ def paper_config(
   c.model = ml_collections.ConfigDict()
   c.model.hf_path = ''  # --config.model.hf_path=/path/to/<HF model dir>.
   c.model.tokenizer_path = ''  # Empty: hf_path's tokenizer.
+  # The released model (`python -m ada_jax.stage` fetches it into a bucket).
+  c.model.hub_id = hub_ids.MODELS[os.path.splitext(os.path.basename(config_name))[0]]
   # A run's workdir whose latest checkpoint gives the initial params (e.g. a
   # shared SFT warm start); empty: none. A resumed run ignores it.
   c.model.init_from = ''
@@ -257,7 +261,8 @@ def paper_config(
       max_positions=32,
     )
   )
-  # Data: built once per worker from ~/ada_manual (README "Data").
+  # Data: built once per worker from data.manual_dir (README "Data": the
+  # stage command puts the sets in a bucket; point manual_dir there).
   c.data = ml_collections.ConfigDict()
   c.data.name = f'ada_math_local/{dataset}'
   c.data.train_split = 'train'

@@ -18,8 +18,9 @@ the round's KV cache and gathered prompts); the plan names 4 slot waves per
 round (not implemented) or the step quartered (B=128, S=1024, mini 128).
 
 Data: `data=hard` only: `ada_math_local/hard_llama`; `data=easy` is an
-error. Copy the files to ~/ada_manual on every worker (README
-"Data"); they build into ~/tensorflow_datasets on first use.
+error. Stage the model and the sets into a bucket once, from a machine with
+internet: `./launch_tpu.sh stage --config configs/llama32_3b_instruct.py --to
+gs://BUCKET/assets` (README "Data"); every worker reads them from there.
 Llama-3.2 has 131072 positions: evaluation runs the full 4096 new
 tokens.
 
@@ -29,19 +30,19 @@ Commands (from the repo root):
         python -m ada_jax.main --config configs/llama32_3b_instruct.py:runlocal --workdir /tmp/ada/l3b_local
   CPU, GRPO:
         python -m ada_jax.main --config configs/llama32_3b_instruct.py:runlocal,variant=grpo --workdir /tmp/ada/l3b_local_grpo
-  TPU (v5p-64; model copied to the same path on every worker):
+  TPU (v5p-64; model and sets staged into the bucket, see above):
         ./launch_tpu.sh run configs/llama32_3b_instruct.py:tpu=v5p-64 \
             --workdir gs://BUCKET/ada/l3b_balance_hard \
-            --config.model.hf_path=/home/USER/models/Llama-3.2-3B-Instruct
+            --config.model.hf_path=gs://BUCKET/assets/models/Llama-3.2-3B-Instruct --config.data.manual_dir=gs://BUCKET/assets/manual
   TPU, GRPO baseline:
         ./launch_tpu.sh run configs/llama32_3b_instruct.py:tpu=v5p-64,variant=grpo \
             --workdir gs://BUCKET/ada/l3b_grpo_hard \
-            --config.model.hf_path=/home/USER/models/Llama-3.2-3B-Instruct
+            --config.model.hf_path=gs://BUCKET/assets/models/Llama-3.2-3B-Instruct --config.data.manual_dir=gs://BUCKET/assets/manual
   Evaluate each kept checkpoint of a run on the pod (Ave@32 on the four
   benchmarks, graded by ours and the reference's; the chunk is sized to the
   chip):
         ./launch_tpu.sh eval --config configs/llama32_3b_instruct.py:tpu=v5p-64 \
-            --config.model.hf_path=/home/USER/models/Llama-3.2-3B-Instruct \
+            --config.model.hf_path=gs://BUCKET/assets/models/Llama-3.2-3B-Instruct --config.data.manual_dir=gs://BUCKET/assets/manual \
             --checkpoint gs://BUCKET/ada/l3b_balance_hard \
             --step all --datasets math500,minerva_math,olympiadbench,aime_like --k 32
 

@@ -16,8 +16,9 @@ Memory by the plan (ada_jax.plan; peak per chip, the Ada-balance step):
 v4-32 20.2 GiB, v5p-64 18.6 GiB, v6e-64 9.3 GiB: fits all three.
 
 Data: `data=hard` (default): `ada_math_local/hard_1p5b`; `data=easy`:
-`ada_math_local/simple_1p5b`. Copy the files to ~/ada_manual on every worker (README
-"Data"); they build into ~/tensorflow_datasets on first use.
+`ada_math_local/simple_1p5b`. Stage the model and the sets into a bucket once, from a machine with
+internet: `./launch_tpu.sh stage --config configs/qwen25_math_1p5b.py --to
+gs://BUCKET/assets` (README "Data"); every worker reads them from there.
 Qwen2.5-Math has 4096 positions; like the reference (its run script's
 override_config), the config raises the limit to 32768
 (model.max_position_embeddings), so evaluation writes 4096 new tokens.
@@ -28,23 +29,23 @@ Commands (from the repo root):
         python -m ada_jax.main --config configs/qwen25_math_1p5b.py:runlocal --workdir /tmp/ada/q15_local
   CPU, GRPO:
         python -m ada_jax.main --config configs/qwen25_math_1p5b.py:runlocal,variant=grpo --workdir /tmp/ada/q15_local_grpo
-  TPU (v5p-64; model copied to the same path on every worker):
+  TPU (v5p-64; model and sets staged into the bucket, see above):
         ./launch_tpu.sh run configs/qwen25_math_1p5b.py:tpu=v5p-64 \
             --workdir gs://BUCKET/ada/q15_balance_hard \
-            --config.model.hf_path=/home/USER/models/Qwen2.5-Math-1.5B
+            --config.model.hf_path=gs://BUCKET/assets/models/Qwen2.5-Math-1.5B --config.data.manual_dir=gs://BUCKET/assets/manual
   TPU, GRPO baseline:
         ./launch_tpu.sh run configs/qwen25_math_1p5b.py:tpu=v5p-64,variant=grpo \
             --workdir gs://BUCKET/ada/q15_grpo_hard \
-            --config.model.hf_path=/home/USER/models/Qwen2.5-Math-1.5B
+            --config.model.hf_path=gs://BUCKET/assets/models/Qwen2.5-Math-1.5B --config.data.manual_dir=gs://BUCKET/assets/manual
   TPU, easy prompt set:
         ./launch_tpu.sh run configs/qwen25_math_1p5b.py:tpu=v5p-64,data=easy \
             --workdir gs://BUCKET/ada/q15_balance_easy \
-            --config.model.hf_path=/home/USER/models/Qwen2.5-Math-1.5B
+            --config.model.hf_path=gs://BUCKET/assets/models/Qwen2.5-Math-1.5B --config.data.manual_dir=gs://BUCKET/assets/manual
   Evaluate each kept checkpoint of a run on the pod (Ave@32 on the four
   benchmarks, graded by ours and the reference's; the chunk is sized to the
   chip):
         ./launch_tpu.sh eval --config configs/qwen25_math_1p5b.py:tpu=v5p-64 \
-            --config.model.hf_path=/home/USER/models/Qwen2.5-Math-1.5B \
+            --config.model.hf_path=gs://BUCKET/assets/models/Qwen2.5-Math-1.5B --config.data.manual_dir=gs://BUCKET/assets/manual \
             --checkpoint gs://BUCKET/ada/q15_balance_hard \
             --step all --datasets math500,minerva_math,olympiadbench,aime_like --k 32
 

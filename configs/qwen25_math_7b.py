@@ -19,8 +19,9 @@ the plan names 2 slot waves per round (not implemented) or the step halved
 --config.rl.mini_batch_rows=256`).
 
 Data: `data=hard` (default): `ada_math_local/hard_7b`; `data=easy`:
-`ada_math_local/easy_7b`. Copy the files to ~/ada_manual on every worker (README
-"Data"); they build into ~/tensorflow_datasets on first use.
+`ada_math_local/easy_7b`. Stage the model and the sets into a bucket once, from a machine with
+internet: `./launch_tpu.sh stage --config configs/qwen25_math_7b.py --to
+gs://BUCKET/assets` (README "Data"); every worker reads them from there.
 Qwen2.5-Math has 4096 positions; like the reference (its run script's
 override_config), the config raises the limit to 32768
 (model.max_position_embeddings), so evaluation writes 4096 new tokens.
@@ -31,23 +32,23 @@ Commands (from the repo root):
         python -m ada_jax.main --config configs/qwen25_math_7b.py:runlocal --workdir /tmp/ada/q7_local
   CPU, GRPO:
         python -m ada_jax.main --config configs/qwen25_math_7b.py:runlocal,variant=grpo --workdir /tmp/ada/q7_local_grpo
-  TPU (v5p-64; model copied to the same path on every worker):
+  TPU (v5p-64; model and sets staged into the bucket, see above):
         ./launch_tpu.sh run configs/qwen25_math_7b.py:tpu=v5p-64 \
             --workdir gs://BUCKET/ada/q7_balance_hard \
-            --config.model.hf_path=/home/USER/models/Qwen2.5-Math-7B
+            --config.model.hf_path=gs://BUCKET/assets/models/Qwen2.5-Math-7B --config.data.manual_dir=gs://BUCKET/assets/manual
   TPU, GRPO baseline:
         ./launch_tpu.sh run configs/qwen25_math_7b.py:tpu=v5p-64,variant=grpo \
             --workdir gs://BUCKET/ada/q7_grpo_hard \
-            --config.model.hf_path=/home/USER/models/Qwen2.5-Math-7B
+            --config.model.hf_path=gs://BUCKET/assets/models/Qwen2.5-Math-7B --config.data.manual_dir=gs://BUCKET/assets/manual
   TPU, easy prompt set:
         ./launch_tpu.sh run configs/qwen25_math_7b.py:tpu=v5p-64,data=easy \
             --workdir gs://BUCKET/ada/q7_balance_easy \
-            --config.model.hf_path=/home/USER/models/Qwen2.5-Math-7B
+            --config.model.hf_path=gs://BUCKET/assets/models/Qwen2.5-Math-7B --config.data.manual_dir=gs://BUCKET/assets/manual
   Evaluate each kept checkpoint of a run on the pod (Ave@32 on the four
   benchmarks, graded by ours and the reference's; the chunk is sized to the
   chip):
         ./launch_tpu.sh eval --config configs/qwen25_math_7b.py:tpu=v5p-64 \
-            --config.model.hf_path=/home/USER/models/Qwen2.5-Math-7B \
+            --config.model.hf_path=gs://BUCKET/assets/models/Qwen2.5-Math-7B --config.data.manual_dir=gs://BUCKET/assets/manual \
             --checkpoint gs://BUCKET/ada/q7_balance_hard \
             --step all --datasets math500,minerva_math,olympiadbench,aime_like --k 32
 

@@ -18,8 +18,9 @@ v5p-64 44.1 GiB and v6e-64 23.0 GiB fit; v4-32 does NOT fit (86.4 GiB >
 quartered (B=128, S=1024, mini 128).
 
 Data: `data=hard` only: `ada_math_local/hard_7b` (the reference trains
-Qwen3-4B on the 7B hard set); `data=easy` is an error. Copy the files to ~/ada_manual on every worker (README
-"Data"); they build into ~/tensorflow_datasets on first use.
+Qwen3-4B on the 7B hard set); `data=easy` is an error. Stage the model and the sets into a bucket once, from a machine with
+internet: `./launch_tpu.sh stage --config configs/qwen3_4b_instruct.py --to
+gs://BUCKET/assets` (README "Data"); every worker reads them from there.
 Qwen3-4B-Instruct-2507 has 262144 positions: evaluation runs the
 full 4096 new tokens.
 
@@ -29,19 +30,19 @@ Commands (from the repo root):
         python -m ada_jax.main --config configs/qwen3_4b_instruct.py:runlocal --workdir /tmp/ada/q3_4b_local
   CPU, GRPO:
         python -m ada_jax.main --config configs/qwen3_4b_instruct.py:runlocal,variant=grpo --workdir /tmp/ada/q3_4b_local_grpo
-  TPU (v5p-64; model copied to the same path on every worker):
+  TPU (v5p-64; model and sets staged into the bucket, see above):
         ./launch_tpu.sh run configs/qwen3_4b_instruct.py:tpu=v5p-64 \
             --workdir gs://BUCKET/ada/q3_4b_balance_hard \
-            --config.model.hf_path=/home/USER/models/Qwen3-4B-Instruct-2507
+            --config.model.hf_path=gs://BUCKET/assets/models/Qwen3-4B-Instruct-2507 --config.data.manual_dir=gs://BUCKET/assets/manual
   TPU, GRPO baseline:
         ./launch_tpu.sh run configs/qwen3_4b_instruct.py:tpu=v5p-64,variant=grpo \
             --workdir gs://BUCKET/ada/q3_4b_grpo_hard \
-            --config.model.hf_path=/home/USER/models/Qwen3-4B-Instruct-2507
+            --config.model.hf_path=gs://BUCKET/assets/models/Qwen3-4B-Instruct-2507 --config.data.manual_dir=gs://BUCKET/assets/manual
   Evaluate each kept checkpoint of a run on the pod (Ave@32 on the four
   benchmarks, graded by ours and the reference's; the chunk is sized to the
   chip):
         ./launch_tpu.sh eval --config configs/qwen3_4b_instruct.py:tpu=v5p-64 \
-            --config.model.hf_path=/home/USER/models/Qwen3-4B-Instruct-2507 \
+            --config.model.hf_path=gs://BUCKET/assets/models/Qwen3-4B-Instruct-2507 --config.data.manual_dir=gs://BUCKET/assets/manual \
             --checkpoint gs://BUCKET/ada/q3_4b_balance_hard \
             --step all --datasets math500,minerva_math,olympiadbench,aime_like --k 32
 

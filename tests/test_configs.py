@@ -204,17 +204,22 @@ def test_docstring_commands_parse(name, monkeypatch):
       c = _parse_main(cmd[3:])
       if c.data.template == 'tiny':  # Runs as written: validate it too.
         from_config.validate(c)
-    elif cmd[0] == './launch_tpu.sh':
+    elif cmd[:2] == ['./launch_tpu.sh', 'run']:
       rest = cmd[2:]
       workdir = rest[rest.index('--workdir') + 1]
       assert workdir.startswith('gs://')
       overrides = [a for a in rest[1:] if a.startswith('--config.')]
       c = _parse_main([f'--config={rest[0]}', f'--workdir={workdir}', *overrides])
-      if c.model.hf_path:
-        assert c.model.hf_path.startswith('/')
+      # Where `launch_tpu.sh stage` puts the config's model and sets.
+      hub_id = c.model.get('hub_id', '')
+      if not hub_id:  # The tiny config: nothing to stage.
+        continue
+      staged = f'gs://BUCKET/assets/models/{hub_id.split("/")[-1]}'
+      assert c.model.hf_path == staged
+      assert c.data.manual_dir == 'gs://BUCKET/assets/manual'
     else:
-      assert cmd[:3] == ['python', '-m', 'ada_jax.evaluate']
-      args, rest = evaluate.parser().parse_known_args(cmd[3:])
+      assert cmd[:2] == ['./launch_tpu.sh', 'eval']
+      args, rest = evaluate.parser().parse_known_args(cmd[2:])
       assert all(a.startswith('--config.') for a in rest)
       from_config.load(args.config, rest)
       assert args.k == 32
@@ -245,7 +250,9 @@ def test_launch_run_accepts_docstring_command(tmp_path):
   )
   assert proc.returncode == 0, proc.stderr
   assert 'configs/qwen25_math_7b.py:tpu=v5p-64' in proc.stdout
-  assert '--config.model.hf_path=/home/USER/models/Qwen2.5-Math-7B' in proc.stdout
+  assert (
+    '--config.model.hf_path=gs://BUCKET/assets/models/Qwen2.5-Math-7B' in proc.stdout
+  )
 
 
 _SIZES = {

@@ -612,3 +612,16 @@ def test_each_paper_config_s_documented_eval_command_is_accepted(sh, config):
   out = sh('--dry-run', *POD, *args).stdout
   assert f'config checked here: configs/{config}.py:tpu=v5p-64' in out
   assert '-m ada_jax.evaluate --config' in out and '--step all' in out
+
+
+def test_stage_runs_here_with_its_own_arguments(sh):
+  out = sh(
+    '--dry-run',
+    'stage',
+    '--config',
+    'configs/qwen25_math_7b.py',
+    '--to',
+    'gs://b/assets',
+  ).stdout
+  assert '-m ada_jax.stage --config configs/qwen25_math_7b.py --to gs://b/assets' in out
+  assert 'gcloud' not in out  # Nothing on the pod: no --name or --zone needed.

@@ -7,8 +7,8 @@
   `~/tensorflow_datasets` resolve there. A name a snippet reads but never
   defines is given only if it is one of `GIVEN` (the library snippet's
   `tokens` and `mask`); any other missing name, module or attribute fails.
-  The one snippet that needs the network (`datasets.load_dataset`) gets a
-  stand-in `datasets` module that returns local rows.
+  The data snippet reads `~/ada_manual/hard_7b/`: the test puts rows there
+  (the README's way to get them, `stage`, is tested in test_stage.py).
 - Every `python -m ada_jax.<command>` named in README.md, docs/design.md,
   configs/*.py and experiments/README.md answers `--help` with exit 0 and a
   usage line (found by regex: a command added to the docs is tested too).
@@ -30,7 +30,6 @@ import pathlib
 import re
 import subprocess
 import sys
-import types
 
 import numpy as np
 import pytest
@@ -47,7 +46,6 @@ COMMAND_SOURCES += (ROOT / 'experiments' / 'README.md',)
 # The hard_7b prompt set of the Data section, as the stand-in `datasets`
 # returns it and the manual dir holds it (>= 512 rows: one step of the
 # snippet's PromptIterator).
-HARD_7B = 'RLHFlow/reinforce_ada_hard_prompt'
 ROWS = [
   {'problem': f'What is {a} + {a + 7}?', 'gt': str(2 * a + 7)} for a in range(600)
 ]
@@ -112,7 +110,7 @@ GIVEN = {
 
 
 class _Split:
-  """One split of the stand-in `datasets.load_dataset` (a Dataset's to_json)."""
+  """Rows written as JSON Lines (one object per line), as the sets come."""
 
   def __init__(self, rows):
     self.rows = rows
@@ -134,11 +132,7 @@ def home(tmp_path, monkeypatch):
   monkeypatch.chdir(home)
   # TFDS reads its default data dir once, at import: point it into HOME.
   monkeypatch.setattr(constants, 'DATA_DIR', str(home / 'tensorflow_datasets'))
-  loaded = []
-  fake = types.ModuleType('datasets')
-  fake.load_dataset = lambda name: loaded.append(name) or {'train': _Split(ROWS)}
-  monkeypatch.setitem(sys.modules, 'datasets', fake)
-  return home, loaded
+  return home
 
 
 @pytest.fixture
@@ -173,13 +167,6 @@ def _check_library(ns, paths, hf_models):
   np.testing.assert_allclose(got[real], want[real], atol=1e-5, rtol=1e-5)
 
 
-def _check_fetch(home, loaded):
-  """The files the builder reads, fetched from the set the Data table names."""
-  assert loaded == [HARD_7B]
-  lines = (home / 'ada_manual' / 'hard_7b' / 'train.jsonl').read_text().splitlines()
-  assert [json.loads(x) for x in lines] == ROWS
-
-
 def _check_data(ns, home):
   """One step of 512 prompts, encoded into the 1024 bucket; built under ~."""
   assert ns['dropped'] == 0 and len(ns['train']) == len(ROWS)
@@ -196,14 +183,14 @@ def _check_data(ns, home):
   'heading,code', BLOCKS, ids=[f'{i}:{h}' for i, (h, _) in enumerate(BLOCKS)]
 )
 def test_readme_python_snippet_runs(heading, code, home, placeholders, hf_models):
-  home_dir, loaded = home
+  home_dir = home
   for path in re.findall(r"'(/path/to/[^']*)'", code):
     if path not in placeholders:
       pytest.fail(
         f'README ({heading}): give {path!r} a fixture in tests/test_readme.py'
       )
     code = code.replace(f"'{path}'", repr(placeholders[path]))
-  if '~/ada_manual' in code:  # What the fetch step leaves there.
+  if '~/ada_manual' in code:  # Rows where the snippet reads them.
     manual = home_dir / 'ada_manual' / 'hard_7b'
     manual.mkdir(parents=True)
     _Split(ROWS).to_json(manual / 'train.jsonl')
@@ -212,8 +199,6 @@ def test_readme_python_snippet_runs(heading, code, home, placeholders, hf_models
   exec(compile(code, f'README.md ({heading})', 'exec'), ns)
   if 'hf.save_model' in code:
     _check_library(ns, placeholders, hf_models)
-  if 'load_dataset' in code:
-    _check_fetch(home_dir, loaded)
   if 'encode_prompts' in code:
     _check_data(ns, home_dir)
 
@@ -221,7 +206,7 @@ def test_readme_python_snippet_runs(heading, code, home, placeholders, hf_models
 def test_readme_has_the_snippets_this_test_checks():
   """The checks above stay attached: each one matches a README snippet."""
   codes = [c for _, c in BLOCKS]
-  for marker in ('hf.save_model', 'load_dataset', 'encode_prompts'):
+  for marker in ('hf.save_model', 'encode_prompts'):
     assert any(marker in c for c in codes), marker
 
 

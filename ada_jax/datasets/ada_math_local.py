@@ -49,6 +49,7 @@ from typing import Any, ClassVar
 import tensorflow_datasets as tfds
 from etils import epath
 
+from ada_jax import hub_ids
 from ada_jax.datasets import schema
 
 _EXTENSIONS = ('.jsonl', '.json', '.parquet')
@@ -90,20 +91,28 @@ def _cfg(name: str, hf_id: str, split: str, **kw: Any) -> AdaMathLocalConfig:
 # upstream, so they accept the common names in order.
 _EVAL_ANSWERS = ('answer', 'gt', 'final_answer', 'ground_truth')
 CONFIGS: tuple[AdaMathLocalConfig, ...] = (
-  _cfg('simple_1p5b', 'RLHFlow/reinforce_ada_simple_prompt_1-5b', 'train'),
-  _cfg('hard_1p5b', 'RLHFlow/reinforce_ada_hard_prompt_1-5b', 'train'),
-  _cfg('easy_7b', 'RLHFlow/reinforce_ada_easy_prompt', 'train'),
-  _cfg('hard_7b', 'RLHFlow/reinforce_ada_hard_prompt', 'train'),
-  _cfg('hard_llama', 'RLHFlow/reinforce_ada_hard_prompt_llama', 'train'),
-  _cfg('validate', 'weqweasdas/validate', 'test', answer_fields=_EVAL_ANSWERS),
-  _cfg('math500', 'weqweasdas/math500', 'test', answer_fields=_EVAL_ANSWERS),
-  _cfg('minerva_math', 'weqweasdas/minerva_math', 'test', answer_fields=_EVAL_ANSWERS),
+  _cfg('simple_1p5b', hub_ids.DATASETS['simple_1p5b'], 'train'),
+  _cfg('hard_1p5b', hub_ids.DATASETS['hard_1p5b'], 'train'),
+  _cfg('easy_7b', hub_ids.DATASETS['easy_7b'], 'train'),
+  _cfg('hard_7b', hub_ids.DATASETS['hard_7b'], 'train'),
+  _cfg('hard_llama', hub_ids.DATASETS['hard_llama'], 'train'),
+  _cfg('validate', hub_ids.DATASETS['validate'], 'test', answer_fields=_EVAL_ANSWERS),
+  _cfg('math500', hub_ids.DATASETS['math500'], 'test', answer_fields=_EVAL_ANSWERS),
   _cfg(
-    'olympiadbench', 'weqweasdas/olympiadbench', 'test', answer_fields=_EVAL_ANSWERS
+    'minerva_math',
+    hub_ids.DATASETS['minerva_math'],
+    'test',
+    answer_fields=_EVAL_ANSWERS,
+  ),
+  _cfg(
+    'olympiadbench',
+    hub_ids.DATASETS['olympiadbench'],
+    'test',
+    answer_fields=_EVAL_ANSWERS,
   ),
   _cfg(
     'aime_like',
-    'weqweasdas/aime_hmmt_brumo_cmimc_amc23',
+    hub_ids.DATASETS['aime_like'],
     'test',
     answer_fields=_EVAL_ANSWERS,
   ),
