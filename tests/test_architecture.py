@@ -9,12 +9,12 @@ layers listed for it, nothing else.
   adaptive         the controller: only itself, and no JAX
   verifier         the reward: only itself, and no JAX
   policy           model, hf, tokenizer, prompts, sampler, sharding, data,
-                   datasets: policy and infra
+                   datasets, hub_ids: policy and infra
   planner          memory, step time, chips: policy, adaptive, infra
   rl               rollout, scoring, loss, update, trainer, fit: policy,
                    adaptive, verifier, infra
   boundary         from_config, config_rules: all of the above
-  commands         main, evaluate, export, plan, sweep, select_prompts:
+  commands         main, evaluate, export, plan, sweep, select_prompts, stage:
                    the boundary and below, never another command
 """
 
@@ -26,8 +26,8 @@ import pytest
 
 PACKAGE = pathlib.Path(__file__).resolve().parent.parent / 'ada_jax'
 POLICY = {'model', 'hf', 'tokenizer', 'prompts', 'sampler', 'sharding', 'data'}
-POLICY |= {'datasets', 'attention'}
-COMMANDS = {'main', 'evaluate', 'export', 'plan', 'sweep', 'select_prompts'}
+POLICY |= {'datasets', 'attention', 'hub_ids'}
+COMMANDS = {'main', 'evaluate', 'export', 'plan', 'sweep', 'select_prompts', 'stage'}
 BOUNDARY = {'from_config', 'config_rules'}
 ALLOWED = {
   'infra': {'infra'},
