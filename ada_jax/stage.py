@@ -118,32 +118,12 @@ def stage_repo(
   local = os.path.join(work, repo_type, repo_id.replace('/', '__'))
   sha = _snapshot(repo_id, repo_type, local, patterns)
   storage.makedirs(dest)
-  _upload(local, dest)
+  storage.upload_dir(local, dest, skip_dirs=('.cache',))  # huggingface_hub's
   storage.path(f'{dest}/{MARKER}').write_text(
     json.dumps({'repo': repo_id, 'repo_type': repo_type, 'sha': sha})
   )
   print(f'{repo_id}: staged at {dest} (revision {sha[:12]})', flush=True)
   return True
-
-
-def _upload(local: str, dest: str) -> None:
-  """Copies `local`'s files (not huggingface_hub's `.cache/`) to `dest`."""
-  import shutil
-
-  from ada_jax.infra import storage
-
-  for root, dirs, files in os.walk(local):
-    dirs[:] = [d for d in dirs if d != '.cache']
-    rel = os.path.relpath(root, local)
-    for name in files:
-      target = f'{dest}/{name}' if rel == '.' else f'{dest}/{rel}/{name}'
-      if storage.is_remote(dest):
-        storage.path(target).parent.mkdir(parents=True, exist_ok=True)
-        with open(os.path.join(root, name), 'rb') as f:
-          storage.path(target).write_bytes(f.read())
-      else:
-        os.makedirs(os.path.dirname(target), exist_ok=True)
-        shutil.copyfile(os.path.join(root, name), target)
 
 
 def sets_of(c) -> list[str]:

@@ -56,14 +56,19 @@ def test_set_aside_moves_a_gs_run_s_progress_files(gcs_dir):
   assert (root / 'data' / 'keep.txt').read_text() == 'k'
 
 
-def test_upload_dir_copies_a_local_tree(gcs_dir, tmp_path):
-  (tmp_path / 'sub').mkdir()
-  (tmp_path / 'a.bin').write_bytes(b'\x00\x01')
-  (tmp_path / 'sub' / 'b.txt').write_text('b')
-  storage.upload_dir(tmp_path, f'{gcs_dir}/out')
-  out = storage.path(gcs_dir) / 'out'
+@pytest.mark.parametrize('store', ['local', 'gcs'])
+def test_upload_dir_copies_a_local_tree_but_skipped_folders(store, request, tmp_path):
+  src = tmp_path / 'src'
+  (src / 'sub' / '.cache').mkdir(parents=True)
+  (src / 'a.bin').write_bytes(b'\x00\x01')
+  (src / 'sub' / 'b.txt').write_text('b')
+  (src / 'sub' / '.cache' / 'lock').write_text('x')
+  root = request.getfixturevalue('gcs_dir') if store == 'gcs' else str(tmp_path)
+  storage.upload_dir(src, f'{root}/out', skip_dirs=('.cache',))
+  out = storage.path(root) / 'out'
   assert (out / 'a.bin').read_bytes() == b'\x00\x01'
   assert (out / 'sub' / 'b.txt').read_text() == 'b'
+  assert not (out / 'sub' / '.cache' / 'lock').exists()
 
 
 def test_require_names_a_missing_bucket(gcs_emulator):

@@ -166,19 +166,30 @@ def move(src: str | os.PathLike[str], dst: str | os.PathLike[str]) -> None:
   fs.invalidate_cache()
 
 
-def upload_dir(local: str | os.PathLike[str], dst: str | os.PathLike[str]) -> None:
-  """Copies the local folder `local` into `dst` (local or gs://), file by file."""
+def upload_dir(
+  local: str | os.PathLike[str],
+  dst: str | os.PathLike[str],
+  skip_dirs: Sequence[str] = (),
+) -> None:
+  """Copies the local folder `local` into `dst` (local or gs://), file by file.
+
+  Folders named in `skip_dirs` (at any depth) are left out.
+  """
   src, d = os.fspath(local), os.fspath(dst)
-  if not is_remote(d):
-    shutil.copytree(src, d, dirs_exist_ok=True)
-    return
-  fs = _filesystem()
-  for root, _, files in os.walk(src):
+  remote = is_remote(d)
+  fs = _filesystem() if remote else None
+  for root, dirs, files in os.walk(src):
+    dirs[:] = [x for x in dirs if x not in skip_dirs]
     rel = os.path.relpath(root, src)
     for name in files:
       target = '/'.join(x for x in (d.rstrip('/'), rel, name) if x and x != '.')
-      fs.put_file(os.path.join(root, name), target)
-  fs.invalidate_cache()
+      if remote:
+        fs.put_file(os.path.join(root, name), target)
+      else:
+        os.makedirs(os.path.dirname(target), exist_ok=True)
+        shutil.copyfile(os.path.join(root, name), target)
+  if remote:
+    fs.invalidate_cache()
 
 
 def cache_root() -> str:
