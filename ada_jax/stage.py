@@ -56,38 +56,33 @@ class StageError(RuntimeError):
   """A download that cannot be done; the message is one line."""
 
 
-def _snapshot(repo_id: str, repo_type: str, local: str, patterns: Sequence[str]) -> str:
-  """Downloads `repo_id` into `local`; its commit sha."""
+def _hub_errors(repo_id: str, what: str, token: str | None):
+  """A context that turns huggingface_hub's errors into one-line StageErrors."""
+  import contextlib
+
   import huggingface_hub
   from huggingface_hub import errors
 
-  token = os.environ.get('HF_TOKEN') or None
-  what = 'model' if repo_type == 'model' else 'dataset'
-  try:
-    info = huggingface_hub.HfApi(token=token).repo_info(repo_id, repo_type=repo_type)
-    huggingface_hub.snapshot_download(
-      repo_id,
-      repo_type=repo_type,
-      revision=info.sha,
-      local_dir=local,
-      allow_patterns=list(patterns),
-      token=token,
-    )
-  except errors.GatedRepoError:
-    have = 'HF_TOKEN has no access to it' if token else 'HF_TOKEN is not set'
-    raise StageError(
-      f'{what} {repo_id} is gated and {have}: accept its licence on the Hub, '
-      'then export HF_TOKEN=<a token of that account>'
-    ) from None
-  except errors.RepositoryNotFoundError:
-    raise StageError(
-      f'{what} {repo_id}: not found on {huggingface_hub.constants.ENDPOINT} (or '
-      'private: set HF_TOKEN)'
-    ) from None
-  except errors.HfHubHTTPError as e:
-    first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-    raise StageError(f'{what} {repo_id}: {first}') from None
-  return str(info.sha)
+  @contextlib.contextmanager
+  def ctx():
+    try:
+      yield
+    except errors.GatedRepoError:
+      have = 'HF_TOKEN has no access to it' if token else 'HF_TOKEN is not set'
+      raise StageError(
+        f'{what} {repo_id} is gated and {have}: accept its licence on the Hub, '
+        'then export HF_TOKEN=<a token of that account>'
+      ) from None
+    except errors.RepositoryNotFoundError:
+      raise StageError(
+        f'{what} {repo_id}: not found on {huggingface_hub.constants.ENDPOINT} '
+        '(or private: set HF_TOKEN)'
+      ) from None
+    except errors.HfHubHTTPError as e:
+      first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+      raise StageError(f'{what} {repo_id}: {first}') from None
+
+  return ctx()
 
 
 def _staged_sha(dest: str) -> str | None:
@@ -102,21 +97,33 @@ def _staged_sha(dest: str) -> str | None:
 def stage_repo(
   repo_id: str, repo_type: str, dest: str, patterns: Sequence[str], work: str
 ) -> bool:
-  """Downloads one repository and copies it to `dest`; False if already there."""
+  """Downloads one repository and copies it to `dest`; False if already there.
+
+  One `repo_info` call gives the revision: compared with the staged one,
+  then pinned for the download (a push in between cannot mix revisions).
+  """
   import huggingface_hub
 
   from ada_jax.infra import storage
 
   token = os.environ.get('HF_TOKEN') or None
-  try:
-    sha = huggingface_hub.HfApi(token=token).repo_info(repo_id, repo_type=repo_type).sha
-  except Exception:  # Gated, missing, offline: _snapshot says it in one line.
-    sha = None
-  if sha is not None and _staged_sha(dest) == sha:
-    print(f'{repo_id}: already staged at {dest} (revision {sha[:12]})', flush=True)
-    return False
-  local = os.path.join(work, repo_type, repo_id.replace('/', '__'))
-  sha = _snapshot(repo_id, repo_type, local, patterns)
+  what = 'model' if repo_type == 'model' else 'dataset'
+  with _hub_errors(repo_id, what, token):
+    sha = str(
+      huggingface_hub.HfApi(token=token).repo_info(repo_id, repo_type=repo_type).sha
+    )
+    if _staged_sha(dest) == sha:
+      print(f'{repo_id}: already staged at {dest} (revision {sha[:12]})', flush=True)
+      return False
+    local = os.path.join(work, repo_type, repo_id.replace('/', '__'))
+    huggingface_hub.snapshot_download(
+      repo_id,
+      repo_type=repo_type,
+      revision=sha,
+      local_dir=local,
+      allow_patterns=list(patterns),
+      token=token,
+    )
   storage.makedirs(dest)
   storage.upload_dir(local, dest, skip_dirs=('.cache',))  # huggingface_hub's
   storage.path(f'{dest}/{MARKER}').write_text(

@@ -73,8 +73,17 @@ def test_stage_copies_model_and_sets_once_and_hosts_read_them(
 ):
   server, model, prompts = hub
   config = 'configs/qwen25_math_1p5b.py'
+  server.requests.clear()
   proc = _stage(hub, tmp_path, config, gcs_dir, '--sets', 'hard_1p5b,math500')
   assert proc.returncode == 0, proc.stderr[-3000:]
+  # One revision lookup per repository (snapshot_download's own, pinned to
+  # that revision, goes to .../revision/SHA).
+  for kind, repo in (
+    ('models', hub_ids.MODELS['qwen25_math_1p5b']),
+    ('datasets', hub_ids.DATASETS['hard_1p5b']),
+    ('datasets', hub_ids.DATASETS['math500']),
+  ):
+    assert server.requests.count(f'GET /api/{kind}/{repo}') == 1, server.requests
   dest = f'{gcs_dir}/models/Qwen2.5-Math-1.5B'
   assert proc.stdout.strip().endswith(
     f'staged; run with: --config.model.hf_path={dest} '
