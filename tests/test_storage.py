@@ -156,3 +156,20 @@ def test_emulator_host_is_passed_on_to_tensorstore():
     [sys.executable, '-c', code], capture_output=True, text=True, check=True, env=env
   ).stdout.split()
   assert out == ['http://127.0.0.1:9', 'emulator']
+
+
+def test_a_corrupt_step_on_gs_is_moved_aside_not_deleted(gcs_dir):
+  """Checkpoint quarantine on gs://: the step's files kept under checkpoints.corrupt/.
+
+  The old code's rename needed the destination folder to exist on an object
+  store and fell back to deleting the step (possibly most of a long run).
+  """
+  from ada_jax.infra import checkpoint
+
+  steps = storage.path(gcs_dir) / 'checkpoints'
+  (steps / '5' / 'params' / 'shard').write_text('weights')
+  (steps / '5' / 'meta.json').write_text('{}')
+  dst = checkpoint.set_aside_step(steps, 5)
+  assert dst is not None and dst.parent.name == 'checkpoints.corrupt'
+  assert (dst / 'params' / 'shard').read_text() == 'weights'
+  assert not (steps / '5').exists()

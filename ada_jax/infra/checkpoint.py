@@ -226,6 +226,29 @@ def parse_step(text: str) -> int | str:
   return step
 
 
+def set_aside_step(directory: epath.Path, step: int) -> epath.Path | None:
+  """Moves `directory/<step>` to `directory/../checkpoints.corrupt/<step>.<time>`.
+
+  Local or gs:// alike (`storage.move`: on an object store each file is
+  copied, then deleted; etils' rename needed the folder to exist there and
+  the step was deleted instead). Returns the new place, or None where the
+  move failed and the step was deleted (left in place, it would clash with
+  a new save).
+  """
+  src = directory / str(step)
+  dst_dir = directory.parent / 'checkpoints.corrupt'
+  storage.makedirs(dst_dir)
+  dst = dst_dir / f'{step}.{int(time.time())}'
+  try:
+    storage.move(src, dst)
+  except Exception as e:  # Any failure: delete instead.
+    logging.warning('checkpoint: could not move %s (%s); deleting it', src, e)
+    src.rmtree(missing_ok=True)
+    return None
+  logging.warning('checkpoint: moved step %d to %s', step, dst)
+  return dst
+
+
 class Checkpointer:
   """Saves and restores the trainer's state under `workdir/checkpoints`.
 
@@ -682,16 +705,7 @@ class Checkpointer:
   def _quarantine(self, step: int) -> None:
     # Moved, not deleted: it may hold most of a long run, worth salvaging.
     if jax.process_index() == 0:
-      src = self.directory / str(step)
-      dst_dir = self.directory.parent / 'checkpoints.corrupt'
-      dst_dir.mkdir(parents=True, exist_ok=True)
-      dst = dst_dir / f'{step}.{int(time.time())}'
-      try:
-        src.rename(dst)
-        logging.warning('checkpoint: moved step %d to %s', step, dst)
-      except Exception as e:  # Left in place, it would clash with a new save.
-        logging.warning('checkpoint: could not move %s (%s); deleting it', src, e)
-        src.rmtree(missing_ok=True)
+      set_aside_step(self.directory, step)
     if jax.process_count() > 1:
       from jax.experimental import multihost_utils
 
