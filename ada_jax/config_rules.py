@@ -234,6 +234,7 @@ def _rules() -> dict[str, Rule]:
     'sampling.top_p': Float(0.0, 1.0, lo_open=True),
     'sampling.top_k': Int(0, why='0 turns it off'),
     'sampling.stop_ids': Rule(str, check=_stop_ids_problem),
+    'sampling.waves': Int(0, why="0: by the plan's rule (planner/layout.py)"),
     'sft.steps': count,
     'sft.batch_size': positive,
     'sft.lr': Float(0.0),
@@ -286,8 +287,9 @@ _EXECUTION_KEYS = frozenset({
   'model.attention', 'model.remat',
   'data.data_dir', 'data.manual_dir',
   'rl.micro_batch_rows', 'rl.eval_every', 'rl.max_nonfinite_steps',
+  'sampling.waves',
   'verifier.timeout_s', 'verifier.workers',
-  'checkpoint.every', 'checkpoint.keep',
+  'checkpoint.every', 'checkpoint.every_minutes', 'checkpoint.keep',
   'log.samples_per_step', 'log.tensorboard', 'log.wandb_project',
 })  # fmt: skip
 
@@ -504,6 +506,18 @@ def _cross_rl(c: Any) -> None:
     raise ConfigError(
       f'config rl.mini_batch_rows={rl.mini_batch_rows} must divide the {rows} '
       f'training rows and be a multiple of rl.micro_batch_rows={rl.micro_batch_rows}'
+    )
+  # A round's slots in W waves (sampler.sample_round): each wave's S/W slots
+  # split over the row shards and into whole prompt groups.
+  waves = int(c.sampling.get('waves', 0))
+  group = adaptive.slot_group(
+    rl.rule, rl.schedule, rl.samples_per_round, rl.group_size, rl.slots
+  )
+  if waves > 1 and (rl.slots % waves or (rl.slots // waves) % math.lcm(dp, group)):
+    raise ConfigError(
+      f'config sampling.waves={waves}: rl.slots={rl.slots} must split into {waves} '
+      f'waves of a multiple of the data-parallel size {dp} and of the {group} '
+      'slots a prompt takes per round'
     )
   # Every micro-batch is split over the row shards (update.py): m/dp rows per
   # device. A remainder would leave the micro-batch replicated, every device

@@ -196,6 +196,7 @@ def step_shapes(c: Any, cfg: Any = None, eval_new_tokens: int = 4096) -> Any:
     greedy_eval=bool(c.data.eval_split),
     slot_group=settings.slot_group,
     filter_logits=sampler.needs_filter(c.sampling.top_p, c.sampling.top_k),
+    waves=max(int(c.sampling.get('waves', 0)), 1),
   )
 
 
@@ -226,11 +227,12 @@ def resolve_layout(
   platform: str = '',
   refuse: bool = True,
 ) -> Any:
-  """Fills `mesh.tensor` / `rl.micro_batch_rows` left to the rule (0), in place.
+  """Fills `mesh.tensor` / `rl.micro_batch_rows` / `sampling.waves` left to the rule (0).
 
-  The rule is the planner's (`planner.layout.choose`): the smallest tensor
-  axis dividing the KV heads whose plan fits, one row per batch shard per
-  micro-batch. Devices: the `pod` key's chips, else this machine's; memory:
+  In place. The rule is the planner's (`planner.layout.choose`): the
+  smallest tensor axis dividing the KV heads whose plan fits, one row per
+  batch shard per micro-batch, one slot wave where that fits (else the
+  fewest of 2, 4, 8). Devices: the `pod` key's chips, else this machine's; memory:
   `pod_memory`. Returns the planner's Layout (None when nothing was left
   to the rule). refuse=False (the plan command) takes the last layout
   tried when none fits, so the plan can print why.
@@ -238,7 +240,8 @@ def resolve_layout(
   Raises:
     ConfigError: no tensor axis fits (refuse): the plan's line, naming the key.
   """
-  if c.mesh.tensor != 0 and c.rl.micro_batch_rows != 0:
+  waves = int(c.sampling.get('waves', 0))
+  if c.mesh.tensor != 0 and c.rl.micro_batch_rows != 0 and waves != 0:
     return None
   from ada_jax.infra import platforms, tpu_pods
   from ada_jax.planner import layout as layout_lib
@@ -263,22 +266,33 @@ def resolve_layout(
     data=int(c.mesh.data),
     fsdp=int(c.mesh.fsdp),
     tensor=int(c.mesh.tensor),
+    waves=waves,
     backend=platforms.name(platform),
   )
   if refuse and not chosen.fits:
     where = f'{c.pod} ' if c.get('pod', '') else ''
+    key = 'mesh.tensor=0' if c.mesh.tensor == 0 else 'sampling.waves=0'
+    axes = (
+      f'at any tensor axis dividing the {cfg.num_kv_heads} KV heads (tried '
+      f'{", ".join(map(str, chosen.tried))})'
+      if c.mesh.tensor == 0
+      else f'at mesh.tensor={c.mesh.tensor}'
+    )
+    waves_tried = 'in up to 8 slot waves' if waves == 0 else f'in {waves} slot waves'
     raise ConfigError(
-      f'config mesh.tensor=0: the step does not fit {where}({devices} devices x '
-      f'{hbm_bytes / 2**30:g} GiB) at any tensor axis dividing the '
-      f'{cfg.num_kv_heads} KV heads (tried {", ".join(map(str, chosen.tried))}): '
-      f'{chosen.plan.peak / 2**30:.2f} GiB at {chosen.mesh} (peak: '
-      f'{chosen.plan.peak_phase}); see python -m ada_jax.plan for the smallest change'
+      f'config {key}: the step does not fit {where}({devices} devices x '
+      f'{hbm_bytes / 2**30:g} GiB) {axes} {waves_tried}: '
+      f'{chosen.plan.peak / 2**30:.2f} GiB at {chosen.mesh}, {chosen.waves} '
+      f'wave(s) (peak: {chosen.plan.peak_phase}); see python -m ada_jax.plan for '
+      'the smallest change'
     )
   with c.unlocked():
     if c.mesh.tensor == 0:
       c.mesh.tensor = chosen.mesh[2]
     if c.rl.micro_batch_rows == 0:
       c.rl.micro_batch_rows = chosen.micro_batch_rows
+    if waves == 0:
+      c.sampling.waves = chosen.waves
   return chosen
 
 
@@ -629,6 +643,7 @@ def trainer(
     top_p=c.sampling.top_p,
     top_k=c.sampling.top_k,
     eos_ids=tuple(tok.eos_ids),
+    waves=max(int(c.sampling.get('waves', 0)), 1),
   )
   update_settings = update.UpdateSettings(
     prompt_len=c.data.prompt_bucket,
@@ -657,6 +672,9 @@ def trainer(
     histogram_prompts=rl.histogram_prompts,
     histogram_k=rl.histogram_k,
     eval_sampled_k=rl.get('eval_sampled_k', 0),
+    # The histogram and evaluations score S prompts' samples per chunk: the
+    # largest S that fits beside the training state (the plan's pass_rates).
+    score_slots=command_slots(c, model.config, 'pass_rates', c.sampling.max_new_tokens),
     samples_to_log=c.log.samples_per_step,
     schedule_ends=tuple(schedule_ends),
   )

@@ -561,12 +561,13 @@ def preset_tables(pods: Sequence[str], variants: Sequence[str], root: str = '.')
         )
         cfg = dataclasses.replace(model_config(c, name), platform='tpu')
         chosen = from_config.resolve_layout(c, cfg, pod.chips, hbm, 'tpu', refuse=False)
-        tensors[variant] = (chosen.mesh[2], chosen.fits)
+        tensors[variant] = (chosen.mesh[2], chosen.waves, chosen.fits)
         if variant == variants[0]:
           peak = chosen.plan.peak / 2**30
+          waves = f', {chosen.waves} waves' if chosen.waves > 1 else ''
           if chosen.fits:
             cells.append(
-              f'(1, -1, {chosen.mesh[2]}), m={chosen.micro_batch_rows}: '
+              f'(1, -1, {chosen.mesh[2]}), m={chosen.micro_batch_rows}{waves}: '
               f'{peak:.1f} GiB ({chosen.plan.peak_phase})'
             )
           else:
@@ -577,7 +578,7 @@ def preset_tables(pods: Sequence[str], variants: Sequence[str], root: str = '.')
       base = tensors[variants[0]]
       for variant, got in tensors.items():
         if got != base:
-          what = f'tensor {got[0]}' if got[1] else 'does NOT fit'
+          what = f'tensor {got[0]}, {got[1]} wave(s)' if got[2] else 'does NOT fit'
           notes.append(f'{row.split()[0]} {variant} on {pod_name}: {what}')
     lines.append(f'| {row} | ' + ' | '.join(cells) + ' |')
   if notes:
@@ -875,11 +876,13 @@ def compile_round(
   aligned: bool = False,
   group: int = 1,
   filter_logits: bool = True,
+  waves: int = 1,
 ) -> Any:
   """One sampling round (`sampler.lower_round`, what `sample_round` runs), compiled.
 
   filter_logits: compile the top-p / top-k filter (`StepShapes.filter_logits`,
-  as the run decides it from its sampling knobs).
+  as the run decides it from its sampling knobs). waves: the program of one
+  of the round's slot waves (S / W slots; every wave runs it).
   """
   from flax import nnx
 
@@ -895,6 +898,7 @@ def compile_round(
     aligned=aligned,
     group=group,
     filter_logits=filter_logits,
+    waves=waves,
   )
   # The per-slot inputs ([S] ids, temperatures, ...) are left out: bytes.
   return _compile(lowered, (nnx.state(model), cache))
@@ -959,6 +963,7 @@ def compiled_programs(
         new_tokens=s.new_tokens,
         group=s.slot_group,
         filter_logits=s.filter_logits,
+        waves=s.waves,
       )
     elif phase in ('pass_rates', 'evaluation', 'selection'):
       new = s.eval_new_tokens or s.new_tokens if phase == 'evaluation' else s.new_tokens

@@ -358,16 +358,25 @@ def next_token(
   top_k: Array,
   filter_logits: bool = True,
   filter_layout: Any = None,
+  slot_offset: Array | int = 0,
+  round_slots: int | None = None,
 ) -> tuple[Array, Array]:
   """Column `step`'s tokens [S] and logprobs from its logits [S, V].
 
   The uniforms of slot s at column `step` are element s of one [S, 2] draw
   under fold_in(rng, step): with JAX's partitionable threefry (the default)
   each element comes from its own counter, so the stream does not depend on
-  how the slots are sharded. The token choice of the decode loop (exposed
-  for benchmarks/sampler.py, which times it on its own).
+  how the slots are sharded. A slot wave (`sample_round`'s `waves`) holds
+  slots slot_offset .. slot_offset + S - 1 of a round of `round_slots`: it
+  takes its slice of the round's [round_slots, 2] draw, so each slot draws
+  what it draws in a round sampled at once. The token choice of the decode
+  loop (exposed for benchmarks/sampler.py, which times it on its own).
   """
-  u = jax.random.uniform(jax.random.fold_in(rng, step), (logits.shape[0], 2))
+  s = logits.shape[0]
+  total = s if round_slots is None else int(round_slots)
+  u = jax.random.uniform(jax.random.fold_in(rng, step), (total, 2))
+  if total != s:
+    u = jax.lax.dynamic_slice_in_dim(u, slot_offset, s, axis=0)
   return _choose(logits, u, temperature, top_p, top_k, filter_logits, filter_layout)
 
 
@@ -385,6 +394,8 @@ def decode_step(
   filter_logits: bool = True,
   rope: model_lib.RopeTables | None = None,
   filter_layout: Any = None,
+  slot_offset: Array | int = 0,
+  round_slots: int | None = None,
 ) -> tuple[Array, Array, model_lib.KVCache]:
   """Decode step i >= 1: the model on the previous tokens, then column i's tokens.
 
@@ -409,6 +420,8 @@ def decode_step(
     filter_layout: see `_choose`.
     rope: `step_rope(model, start_pos, i)`, made before the step (the loop
       makes it in the step before); default: made in the step.
+    slot_offset: a slot wave's first slot in its round (see `next_token`).
+    round_slots: static, the round's slots (None: S, one wave).
 
   Returns:
     (tokens [S], fp32 logprobs [S], the cache with column i - 1 written).
@@ -425,7 +438,16 @@ def decode_step(
     rope=rope,
   )
   tok, lp = next_token(
-    logits[:, 0], rng, i, temperature, top_p, top_k, filter_logits, filter_layout
+    logits[:, 0],
+    rng,
+    i,
+    temperature,
+    top_p,
+    top_k,
+    filter_logits,
+    filter_layout,
+    slot_offset,
+    round_slots,
   )
   return tok, lp, cache
 
@@ -548,7 +570,7 @@ def round_cache(
   return cache
 
 
-@functools.partial(jax.jit, static_argnums=(0, 1, 4, 11, 12, 13))
+@functools.partial(jax.jit, static_argnums=(0, 1, 4, 11, 12, 13, 15))
 def _round_jit(
   graphdef,
   mesh,
@@ -564,6 +586,8 @@ def _round_jit(
   aligned: bool = False,
   filter_logits: bool = True,
   group: int = 1,
+  slot_offset=0,
+  round_slots: int | None = None,
 ):
   model = nnx.merge(graphdef, state)
   s = slot_prompt.shape[0]
@@ -595,7 +619,16 @@ def _round_jit(
   spread = platforms.get(model.config.platform).filter_rows_spread
   layout = _filter_sharding(mesh, s) if filter_logits and spread else None
   tok0, lp0 = next_token(
-    first, rng, 0, temperature, top_p, top_k, filter_logits, layout
+    first,
+    rng,
+    0,
+    temperature,
+    top_p,
+    top_k,
+    filter_logits,
+    layout,
+    slot_offset,
+    round_slots,
   )
   tokens = _constrain(jnp.zeros((s, n), jnp.int32).at[:, 0].set(tok0), sh2)
   logps = _constrain(jnp.zeros((s, n), jnp.float32).at[:, 0].set(lp0), sh2)
@@ -632,6 +665,8 @@ def _round_jit(
       filter_logits,
       rope,
       layout,
+      slot_offset,
+      round_slots,
     )
     alive = ~done
     tok = jnp.where(alive, tok, 0)
@@ -709,6 +744,7 @@ def sample_round(
   aligned: bool = False,
   filter_logits: bool = True,
   group: int = 1,
+  waves: int = 1,
 ) -> Rollout:
   """Decodes S slots, slot s continuing prompt slot_prompt[s] (-1: idle, masked).
 
@@ -738,6 +774,13 @@ def sample_round(
       (its own compile); the results equal group=1's. Falls back to 1 when
       the S/m groups do not split evenly over the mesh's data axes, and has
       no effect with attention='dense'.
+    waves: W, slot waves: the S slots decoded in W rounds of S/W slots
+      (slots 0..S/W-1, then the next S/W, ...), one after another, from the
+      same prompt cache; each wave draws its slots' slice of the random
+      stream a round of S slots draws (`next_token`), so the result equals
+      waves=1's (the tokens exactly), at 1/W of the round's KV cache. One
+      compile for all W waves (the wave's offset is traced). Not with
+      `aligned`.
 
   Returns:
     Rollout with [S, N] tokens / logprobs / mask and [S] lengths.
@@ -745,12 +788,23 @@ def sample_round(
   Raises:
     ValueError: `aligned` with S != B; `filter_logits` False with host
       top_p / top_k that ask for filtering; S not a multiple of `group`, or
-      a host `slot_prompt` whose group mixes prompts.
+      a host `slot_prompt` whose group mixes prompts; S not a multiple of
+      W x `group`, or waves with `aligned`.
   """
   graphdef, state = nnx.split(model)
   slot_prompt = _as(slot_prompt, np.int32)
   s = slot_prompt.shape[0]
-  group = _slot_group(slot_prompt, int(group), _mesh_of(state))
+  waves = int(waves)
+  if waves < 1 or s % waves or (s // waves) % max(int(group), 1):
+    raise ValueError(
+      f'waves={waves}: {s} slots do not split into {waves} waves of whole '
+      f'groups of {group}'
+    )
+  if waves > 1 and aligned:
+    raise ValueError('waves > 1 with an aligned round (slot s continues prompt s)')
+  group = _slot_group(slot_prompt[: s // waves], int(group), _mesh_of(state))
+  if waves > 1:  # Every wave's groups whole (the first's are checked above).
+    _slot_group(slot_prompt, int(group), None)
   if aligned and s != prompt_cache.lengths.shape[0]:
     raise ValueError(
       f'aligned round: {s} slots for {prompt_cache.lengths.shape[0]} prompts '
@@ -764,22 +818,54 @@ def sample_round(
       'filter_logits=False (no top-p / top-k filter compiled) with top_p < 1 '
       'or top_k > 0'
     )
-  return _round_jit(
-    graphdef,
-    _mesh_of(state),
-    state,
-    prompt_cache,
-    int(max_new_tokens),
-    slot_prompt,
-    rng,
-    _per_slot(temperature, s, jnp.float32, 'temperature'),
-    top_p,
-    top_k,
-    eos_array(eos_ids),
-    bool(aligned),
-    bool(filter_logits),
-    group,
-  )
+  temperature = _per_slot(temperature, s, jnp.float32, 'temperature')
+  mesh = _mesh_of(state)
+  if waves == 1:
+    return _round_jit(
+      graphdef,
+      mesh,
+      state,
+      prompt_cache,
+      int(max_new_tokens),
+      slot_prompt,
+      rng,
+      temperature,
+      top_p,
+      top_k,
+      eos_array(eos_ids),
+      bool(aligned),
+      bool(filter_logits),
+      group,
+    )
+  w = s // waves
+  parts = [
+    _round_jit(
+      graphdef,
+      mesh,
+      state,
+      prompt_cache,
+      int(max_new_tokens),
+      slot_prompt[i * w : (i + 1) * w],
+      rng,
+      *(x[i * w : (i + 1) * w] for x in (temperature, top_p, top_k)),
+      eos_array(eos_ids),
+      False,
+      bool(filter_logits),
+      group,
+      np.int32(i * w),
+      s,
+    )
+    for i in range(waves)
+  ]
+  return _join_waves(mesh, parts)
+
+
+@functools.partial(jax.jit, static_argnums=0)
+def _join_waves(mesh, parts: list[Rollout]) -> Rollout:
+  """The waves' rollouts [S/W, ...] as the round's [S, ...], rows split as a round's."""
+  joined = [jnp.concatenate(x, axis=0) for x in zip(*parts, strict=True)]
+  s = joined[0].shape[0]
+  return Rollout(*(_constrain(x, _rows_sharding(mesh, s, x.ndim)) for x in joined))
 
 
 def _slot_group(slot_prompt, group: int, mesh) -> int:
@@ -822,30 +908,36 @@ def lower_round(
   aligned: bool = False,
   filter_logits: bool = True,
   group: int = 1,
+  waves: int = 1,
 ) -> jax.stages.Lowered:
   """The decode program `sample_round` runs for these shapes, lowered.
 
   The same jit and argument shardings as `sample_round`, so
   `.compile().as_text()` is the HLO a run executes (`infra.hlo` reads it).
+  With `waves` > 1: the program of one wave (S / W slots), which every wave
+  of the round runs.
   """
   graphdef, state = nnx.split(model)
-  per_slot = np.ones((slots,), np.float32)
-  group = _slot_group(np.zeros((slots,), np.int32), int(group), _mesh_of(state))
+  w = int(slots) // int(waves)
+  per_slot = np.ones((w,), np.float32)
+  group = _slot_group(np.zeros((w,), np.int32), int(group), _mesh_of(state))
+  wave_args = () if waves == 1 else (np.int32(0), int(slots))
   return _round_jit.lower(
     graphdef,
     _mesh_of(state),
     state,
     prompt_cache,
     int(max_new_tokens),
-    np.zeros((slots,), np.int32),
+    np.zeros((w,), np.int32),
     jax.random.key(0),
     per_slot,
     per_slot,
-    np.zeros((slots,), np.int32),
+    np.zeros((w,), np.int32),
     eos_array(eos_ids),
     bool(aligned),
     bool(filter_logits),
     group,
+    *wave_args,
   )
 
 

@@ -229,6 +229,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   c.sampling.top_p = 1.0
   c.sampling.stop_ids = 'default'  # Its tokenizer has one EOS either way.
   c.sampling.top_k = 0
+  c.sampling.waves = 0  # By the plan's rule: one wave on a CPU host.
 
   if variant == 'dapo':
     # DAPO draws twice the candidates and keeps the first mixed groups.

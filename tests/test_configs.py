@@ -265,11 +265,13 @@ _SIZES = {
 
 @pytest.mark.parametrize('name', PAPER)
 def test_presets_follow_the_layout_rule(name):
-  """Every variant on every example pod: the rule's mesh fits, or is refused.
+  """Every variant on every example pod: the rule's layout fits, or is refused.
 
   The rule (planner/layout.py) takes the smallest tensor axis dividing the
-  KV heads whose plan fits; a smaller one would not fit, and where none
-  fits validation refuses the config with the plan's line.
+  KV heads whose plan fits in one slot wave; else the fewest waves (2, 4,
+  8) at the smallest tensor axis leaving layout.HEADROOM free (else that
+  fits at all). Every layout the rule passed over is checked not to qualify;
+  where none fits, validation refuses the config with the plan's line.
   """
   from ada_jax.planner import chips, layout, memory
 
@@ -280,15 +282,26 @@ def test_presets_follow_the_layout_rule(name):
     assert (cfg.attention, cfg.remat) == ('auto', 'block')
     hbm = chips.CHIPS[pod.generation].hbm_gib * 2**30
     chosen = from_config.resolve_layout(c, cfg, pod.chips, hbm, 'tpu', refuse=False)
+    assert c.sampling.waves == chosen.waves
     shapes = from_config.step_shapes(c, cfg)
+    assert shapes.waves == chosen.waves
     assert chosen.plan.peak == memory.plan(cfg, shapes, chosen.mesh).peak
-    smaller = [t for t in chosen.tried if t < chosen.mesh[2]]
-    for t in smaller:
-      mesh = memory.resolve_mesh({'data': 1, 'fsdp': -1, 'tensor': t}, pod.chips)
-      s2 = dataclasses.replace(
-        shapes, micro_batch_rows=layout.micro_rows(shapes.mini_batch_rows, mesh[1])
-      )
-      assert memory.plan(cfg, s2, mesh).peak > hbm, (variant, tpu, t)
+
+    def peak(t, w, cfg=cfg, shapes=shapes, chips=pod.chips):
+      mesh = memory.resolve_mesh({'data': 1, 'fsdp': -1, 'tensor': t}, chips)
+      micro = layout.micro_rows(shapes.mini_batch_rows, mesh[1])
+      s2 = dataclasses.replace(shapes, micro_batch_rows=micro, waves=w)
+      return memory.plan(cfg, s2, mesh).peak
+
+    roomy = (1 - layout.HEADROOM) * hbm
+    for w in (1, 2, 4, 8):
+      for t in chosen.tried:
+        if (w, t) >= (chosen.waves, chosen.mesh[2]):
+          continue
+        if shapes.slots % w or (shapes.slots // w) % max(shapes.slot_group, 1):
+          continue
+        # Passed over: does not fit (one wave) or leaves too little free.
+        assert peak(t, w) > (hbm if w == 1 else roomy), (variant, tpu, t, w)
     if chosen.fits:
       assert chosen.plan.peak <= hbm
     else:

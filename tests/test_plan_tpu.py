@@ -100,6 +100,31 @@ def test_table_covers_the_paper_configs_and_pods():
   assert any(r['shapes']['filter_logits'] for r in _ROWS if r['phase'] == 'sampling')
 
 
+def test_table_covers_the_slot_waves_of_v4_32():
+  """The rounds of the v4-32 presets that need slot waves, compiled in waves.
+
+  Each row's waves are the layout rule's for that preset (3B and 4B in 4,
+  7B in 2, by the plan), so the TPU compiler checks the wave program the run
+  executes (`sampler.lower_round(waves=W)`: S / W slots).
+  """
+  from ada_jax import from_config, plan
+  from ada_jax.planner import chips
+
+  hbm = chips.CHIPS['v4'].hbm_gib * 2**30
+  for config in ('llama32_3b_instruct', 'qwen3_4b_instruct', 'qwen25_math_7b'):
+    c = from_config.load(f'configs/{config}.py:tpu=v4-32,variant=balance')
+    cfg = dataclasses.replace(plan.model_config(c, config), platform='tpu')
+    chosen = from_config.resolve_layout(c, cfg, 16, hbm, 'tpu', refuse=False)
+    assert chosen.fits and chosen.waves > 1, config
+    rows = [
+      r for r in _ROWS
+      if (r['config'], r['pod'], r['phase']) == (config, 'v4-32', 'sampling')
+      and r['shapes'].get('waves', 1) == chosen.waves
+      and tuple(r['mesh']) == chosen.mesh
+    ]  # fmt: skip
+    assert rows, (config, chosen.waves, chosen.mesh)
+
+
 @pytest.mark.parametrize('row', [pytest.param(r, id=_id(r)) for r in _ROWS])
 def test_tpu_plan_matches_compiled(row):
   got = row['arguments'] + row['outputs'] - row['aliased'] + row['temp']

@@ -626,6 +626,60 @@ def test_grouped_round_equals_per_slot_round_sharded_and_not(hf_models, temperat
     sampler.sample_round(plain, cache, slot_prompt, group=3, **kw)
 
 
+def test_slot_waves_equal_the_round_sampled_at_once(hf_models):
+  # 32 slots (8 prompts x 4, idle tail) in 4 waves of 8: the same tokens and
+  # log-probabilities as the round in one wave, unsharded and on a (2, 2, 2)
+  # mesh, with per-slot knobs (each wave takes its slice), and one compile
+  # for all waves of a round.
+  path = hf_models['qwen2_tied'][0]
+  tokens, mask = hf_fixtures.left_padded_batch(
+    np.random.RandomState(21), [9, 2, 7, 4, 1, 8, 3, 6], 9
+  )
+  slot_prompt = np.array(
+    [p for p in (3, 0, 6, 1, 7, 2) for _ in range(4)] + [-1] * 8, np.int32
+  )
+  temperature = np.linspace(0.5, 1.3, 32).astype(np.float32)
+  kw = dict(
+    max_new_tokens=N,
+    rng=jax.random.key(22),
+    temperature=temperature,
+    top_k=np.arange(32) % 5,
+    eos_ids=[3],
+    group=4,
+  )
+  plain = hf.load_model(path)
+  cache = sampler.prefill(plain, tokens, mask)
+  ref = sampler.sample_round(plain, cache, slot_prompt, **kw)
+  assert np.asarray(ref.mask)[:24].sum() > 24  # Decoded past the first token.
+
+  def check(got, atol):
+    for name in ('tokens', 'mask', 'lengths'):
+      np.testing.assert_array_equal(
+        np.asarray(getattr(got, name)), np.asarray(getattr(ref, name)), name
+      )
+    np.testing.assert_allclose(
+      np.asarray(got.logprobs), np.asarray(ref.logprobs), atol=atol
+    )
+
+  check(sampler.sample_round(plain, cache, slot_prompt, waves=4, **kw), 1e-5)
+  mesh = sharding.make_mesh((2, 2, 2))
+  model = hf.load_model(path, mesh=mesh, rules=sharding.SAMPLE_RULES)
+  rows = sharding.batch_sharding(mesh)
+  sharded = sampler.prefill(
+    model, jax.device_put(tokens, rows), jax.device_put(mask, rows)
+  )
+  check(sampler.sample_round(model, sharded, slot_prompt, waves=4, **kw), 1e-5)
+  # One compile for every wave: a second round (other waves' offsets, other
+  # slots) compiles nothing.
+  with compiles.assert_no_compiles('sample_round waves'):
+    again = sampler.sample_round(model, sharded, np.roll(slot_prompt, 8), waves=4, **kw)
+    jax.block_until_ready(again)
+  with pytest.raises(ValueError, match='32 slots do not split into 3 waves'):
+    sampler.sample_round(plain, cache, slot_prompt, waves=3, **kw)
+  with pytest.raises(ValueError, match='do not split into 16 waves of whole'):
+    sampler.sample_round(plain, cache, slot_prompt, waves=16, **kw)
+
+
 # The round's memory: (S, B, P, N) and a 2-layer model whose cache dominates
 # the per-token temporaries (vocab 256).
 _S, _B, _P, _N = 64, 8, 64, 192

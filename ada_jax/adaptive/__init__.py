@@ -23,6 +23,7 @@ from ada_jax.adaptive.controller import (
   Groups,
   max_rows,
   sample_groups,
+  slot_group,
 )
 
 __all__ = [
@@ -33,4 +34,5 @@ __all__ = [
   'Groups',
   'max_rows',
   'sample_groups',
+  'slot_group',
 ]

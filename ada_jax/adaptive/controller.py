@@ -161,6 +161,19 @@ def max_rows(
   raise ValueError(f'unknown rule {rule!r}; expected one of {RULES}')
 
 
+def slot_group(
+  rule: str, schedule: str, samples_per_round: int, group_size: int, slots: int
+) -> int:
+  """`ControllerSettings.slot_group` of these settings (see there)."""
+  if rule in ('pos', 'balance') and schedule == 'paper':
+    m = samples_per_round
+  elif rule in ('grpo', 'dapo'):
+    m = group_size
+  else:
+    m = 1
+  return m if slots % m == 0 else 1
+
+
 def sample_groups(
   num_prompts: int,
   draw: DrawFn,
@@ -318,13 +331,9 @@ class ControllerSettings:
     aligned run of m slots continues one prompt or idles. refill and est
     give prompts uneven counts: 1.
     """
-    if self.rule in ('pos', 'balance') and self.schedule == 'paper':
-      m = self.samples_per_round
-    elif self.rule in ('grpo', 'dapo'):
-      m = self.group_size
-    else:
-      m = 1
-    return m if self.slots % m == 0 else 1
+    return slot_group(
+      self.rule, self.schedule, self.samples_per_round, self.group_size, self.slots
+    )
 
   def max_rows(self, num_prompts: int) -> int:
     """R_max of a step of `num_prompts` prompts (see `max_rows`)."""

@@ -170,6 +170,12 @@ class StepShapes:
   # The rounds compile the top-p / top-k filter (`sampler.needs_filter` of
   # the config's sampling knobs): its sort over the whole vocab.
   filter_logits: bool = True
+  # W, slot waves: each RL round's S slots decoded in W waves of S/W
+  # (`sampler.sample_round`'s `waves`): the round's KV cache, per-token
+  # temporaries and outputs shrink W-fold; the prompt cache of all B
+  # prompts, its all-gather for the slot gather and the rollout buffer
+  # [M, S, N] do not.
+  waves: int = 1
 
 
 @dataclasses.dataclass(frozen=True)
@@ -678,8 +684,12 @@ def plan(
     pre -= c.num_layers * response
     return cache, int(max(loop, pre)) + outputs
 
-  rnd_kv, rnd_other = round_program(s.prompts, s.slots, n, group=s.slot_group)
+  rnd_kv, rnd_other = round_program(
+    s.prompts, s.slots // s.waves, n, group=s.slot_group
+  )
   buffer = s.max_rounds * _rows(s.slots, dp) * n * 12
+  # Waves: the W waves' outputs [S/W, N] and the round's, joined, [S, N].
+  joined = 2 * _rows(s.slots, dp) * (n * 12 + 4) if s.waves > 1 else 0
 
   # --- Training: [C, m, ...] batch, b rows of each micro-batch per device.
   b_dev = micro_rows_per_device(s.micro_batch_rows, dp)
@@ -864,8 +874,18 @@ def plan(
       'sampling',
       rnd_kv,
       f'per layer: S/{s.slot_group} prompt groups x P + max(S/dp slots x N, '
-      'all B prompts x P); dense attention: max(S/dp x (P+N), B x P)',
-      knob_step,
+      'all B prompts x P); dense attention: max(S/dp x (P+N), B x P)'
+      + (
+        f'; S = {s.slots // s.waves} per wave ({s.waves} waves)' if s.waves > 1 else ''
+      ),
+      'sampling.waves / ' + knob_step,
+    ),
+    Item(
+      "waves' outputs, joined",
+      'sampling',
+      joined,
+      f'{s.waves} waves of [S/W, N] tokens, logp, mask and the joined [S, N]',
+      programs=(),
     ),
     Item(
       'round temporaries',
@@ -984,8 +1004,8 @@ def smallest_change(
   Tried in order, each on top of the ones before that helped: one row per
   device per micro-batch, remat='block', blockwise attention (these keep the
   step as it is), then a larger tensor axis (fsdp shrinks to keep the device
-  count), then slot waves (not implemented), then the step halved (B, S, R
-  and the mini-batch), then quartered.
+  count), then slot waves (2, 4 or 8: the step unchanged), then the step
+  halved (B, S, R and the mini-batch), then quartered.
   """
   dp, tensor = mesh[0] * mesh[1], mesh[2]
   c, s, m = config, shapes, tuple(mesh)
@@ -1020,19 +1040,15 @@ def smallest_change(
       return 'fits with ' + ' '.join(
         [*done, f'--config.mesh.fsdp={wider[1]} --config.mesh.tensor={t}']
       )
-  waves_note = ''
   for waves in (2, 4, 8):
-    # Slot waves (not implemented): each round's S slots sampled in `waves`
-    # fixed-shape waves of S / waves; the step itself unchanged.
-    if s.slots % (waves * dp):
+    # Slot waves: each round's S slots sampled in `waves` fixed-shape waves
+    # of S / waves; the step itself unchanged.
+    if s.waves >= waves or s.slots % (waves * dp):
       continue
-    s2 = dataclasses.replace(s, slots=s.slots // waves, max_rounds=s.max_rounds * waves)
+    s2 = dataclasses.replace(s, waves=waves)
     if fits(c, s2, m):
-      waves_note = (
-        f'; {waves} slot waves per round ({s.slots // waves} slots each, the step '
-        'unchanged) would fit, not implemented'
-      )
-      break
+      return 'fits with ' + ' '.join([*done, f'--config.sampling.waves={waves}'])
+  s = dataclasses.replace(s, waves=max(s.waves, 1))
   for div, word in ((2, 'halved'), (4, 'quartered')):
     s2 = dataclasses.replace(
       s,
@@ -1051,10 +1067,10 @@ def smallest_change(
         ]
       )
       return (
-        f"the paper's step does not fit this pod; fits with the step {word}: "
-        f'{flags}{waves_note}'
+        f"the paper's step does not fit this pod even in 8 slot waves; fits with "
+        f'the step {word}: {flags}'
       )
-  return f'the step does not fit even quartered: use a larger pod{waves_note}'
+  return 'the step does not fit even quartered: use a larger pod'
 
 
 def biggest_knobs(p: Plan, count: int = 3) -> list[str]:

@@ -54,6 +54,13 @@ class SamplingSettings:
   top_p: float = 1.0
   top_k: int = 0
   eos_ids: tuple[int, ...] = ()
+  # Slot waves per round (`sampler.sample_round`'s `waves`): the same
+  # samples at 1/W of the round's KV cache.
+  waves: int = 1
+
+
+class StoppedError(Exception):
+  """`run_step`'s `stop` said yes before a round: the step's sampling is dropped."""
 
 
 @dataclasses.dataclass
@@ -265,6 +272,7 @@ def run_step(
       eos_ids=eos,
       filter_logits=sampler.needs_filter(sampling.top_p, sampling.top_k),
       group=controller.slot_group,
+      waves=sampling.waves,
     )
     state['buffer'] = _write_round(state['buffer'], rollout, jnp.int32(r))
     rounds.append(scorer.score_round(rollout, slot_prompt, references))

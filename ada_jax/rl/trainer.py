@@ -78,6 +78,9 @@ class RLSettings:
   # Samples per held-out prompt at the run's temperature in the evaluations
   # before and after RL (0: greedy only).
   eval_sampled_k: int = 0
+  # Slots per chunk of the evaluations and the pass-rate histogram (0: the
+  # controller's S): the plan's largest that fits (`from_config.command_slots`).
+  score_slots: int = 0
   # The last step of each LR schedule: rl.steps as first run, then each
   # `--extend-steps` N (the added steps get a new schedule, no warmup).
   # Empty: one schedule over `steps`.
@@ -356,7 +359,7 @@ class Trainer:
       self.scorer,
       examples,
       prompt_bucket=self.bucket,
-      slots=self.rl.controller.slots,
+      slots=self.rl.score_slots or self.rl.controller.slots,
       k=k,
       max_new_tokens=self.rl.sampling.max_new_tokens,
       rng=rng,
