@@ -49,15 +49,18 @@ gathered prompts and the sampling copy but costs a collective per layer
 per token, so the rule takes the smallest that fits. DAPO prefills 2B =
 1024 prompts (its gathered prompt cache is twice the others').
 
-Where a pod cannot hold the paper's step, `python -m ada_jax.plan` names
-the smallest change that fits (a larger tensor axis, slot waves (not
-implemented), or the step halved or quartered). Not part of the step: the
-trainer's pass-rate histogram scores S // k prompts x k samples in one
-round of S slots; greedy evaluation and the evaluate command (k = 1) run S
-prompts in an aligned round (slot i continues prompt i, no gather); `plan`
-prints their verdicts separately. evaluate and select_prompts halve
-`rl.slots` for their chunks until their phase fits the chip
-(`from_config.command_slots`; `plan` prints the chunk).
+Where a tensor axis alone cannot hold the paper's step, the rule samples
+each round in slot waves (`sampling.waves`: W fixed-shape waves of S/W
+slots from the same prompt cache, the same samples; the round's KV cache
+shrinks W-fold, the gathered prompt cache of all B prompts does not),
+leaving 10% of HBM free; beyond 8 waves `python -m ada_jax.plan` names the
+step halved or quartered. Not part of the step: the trainer's pass-rate
+histogram scores S // k prompts x k samples in one round of S slots;
+greedy evaluation and the evaluate command (k = 1) run S prompts in an
+aligned round (slot i continues prompt i, no gather); `plan` prints their
+verdicts separately. The trainer's histogram and evaluations, evaluate and
+select_prompts halve `rl.slots` for their chunks until their phase fits
+the chip (`from_config.command_slots`; `plan` prints the chunk).
 """
 
 from __future__ import annotations

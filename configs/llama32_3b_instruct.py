@@ -12,10 +12,11 @@ coefficient 0 (paper: 1e-4; `--config.rl.entropy_coef=1e-4`) and 400 steps
 (paper text: 600; `--config.rl.steps=600`). Shared values and the mesh
 presets live in configs/common.py.
 
-Memory by the plan (ada_jax.plan; peak per chip, the Ada-balance step):
-v5p-64 34.4 GiB and v6e-64 18.0 GiB fit; v4-32 does NOT fit (67.4 GiB > 32:
-the round's KV cache and gathered prompts); the plan names 4 slot waves per
-round (not implemented) or the step quartered (B=128, S=1024, mini 128).
+Memory by the plan (ada_jax.plan; peak per chip, the Ada-balance step; the
+table in configs/common.py has every model and pod): v5p-64 38.9 GiB and
+v6e-64 22.4 GiB fit in one slot wave; v4-32 fits the paper's step unchanged
+in 4 slot waves per round at (1, 16, 1): 26.8 GiB of 32 (the round's KV
+cache shrinks 4-fold; the rule picks the waves: `sampling.waves=0`).
 
 Data: `data=hard` only: `ada_math_local/hard_llama`; `data=easy` is an
 error. Stage the model and the sets into a bucket once, from a machine with

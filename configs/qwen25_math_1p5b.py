@@ -12,8 +12,9 @@ coefficient 0 (paper: 1e-4; `--config.rl.entropy_coef=1e-4`) and 400 steps
 (paper text: 600; `--config.rl.steps=600`). Shared values and the mesh
 presets live in configs/common.py.
 
-Memory by the plan (ada_jax.plan; peak per chip, the Ada-balance step):
-v4-32 20.2 GiB, v5p-64 18.6 GiB, v6e-64 9.3 GiB: fits all three.
+Memory by the plan (ada_jax.plan; peak per chip, the Ada-balance step; the
+table in configs/common.py has every model and pod): v4-32 20.3 GiB,
+v5p-64 11.6 GiB, v6e-64 7.2 GiB: fits all three in one slot wave.
 
 Data: `data=hard` (default): `ada_math_local/hard_1p5b`; `data=easy`:
 `ada_math_local/simple_1p5b`. Stage the model and the sets into a bucket once, from a machine with

@@ -12,11 +12,11 @@ coefficient 0 (paper: 1e-4; `--config.rl.entropy_coef=1e-4`) and 400 steps
 (paper text: 600; `--config.rl.steps=600`). Shared values and the mesh
 presets live in configs/common.py.
 
-Memory by the plan (ada_jax.plan; peak per chip, the Ada-balance step):
-v5p-64 25.8 GiB and v6e-64 12.9 GiB fit; v4-32 does NOT fit (44.5 GiB > 32);
-the plan names 2 slot waves per round (not implemented) or the step halved
-(`--config.rl.prompts_per_step=256 --config.rl.slots=2048
---config.rl.mini_batch_rows=256`).
+Memory by the plan (ada_jax.plan; peak per chip, the Ada-balance step; the
+table in configs/common.py has every model and pod): v5p-64 32.9 GiB and
+v6e-64 23.7 GiB fit in one slot wave; v4-32 fits the paper's step unchanged
+in 2 slot waves per round at (1, 4, 4): 26.0 GiB of 32 (the rule picks the
+waves: `sampling.waves=0`).
 
 Data: `data=hard` (default): `ada_math_local/hard_7b`; `data=easy`:
 `ada_math_local/easy_7b`. Stage the model and the sets into a bucket once, from a machine with

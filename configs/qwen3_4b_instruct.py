@@ -12,10 +12,11 @@ coefficient 0 (paper: 1e-4; `--config.rl.entropy_coef=1e-4`) and 400 steps
 (paper text: 600; `--config.rl.steps=600`). Shared values and the mesh
 presets live in configs/common.py.
 
-Memory by the plan (ada_jax.plan; peak per chip, the Ada-balance step):
-v5p-64 44.1 GiB and v6e-64 23.0 GiB fit; v4-32 does NOT fit (86.4 GiB >
-32); the plan names 4 slot waves per round (not implemented) or the step
-quartered (B=128, S=1024, mini 128).
+Memory by the plan (ada_jax.plan; peak per chip, the Ada-balance step; the
+table in configs/common.py has every model and pod): v5p-64 49.8 GiB and
+v6e-64 28.6 GiB fit in one slot wave; v4-32 fits the paper's step unchanged
+in 4 slot waves per round at (1, 4, 4): 28.6 GiB of 32 (the rule picks the
+waves: `sampling.waves=0`).
 
 Data: `data=hard` only: `ada_math_local/hard_7b` (the reference trains
 Qwen3-4B on the 7B hard set); `data=easy` is an error. Stage the model and the sets into a bucket once, from a machine with
