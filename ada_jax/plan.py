@@ -2,7 +2,7 @@ r"""Memory plan before launch: will this config fit the pod's HBM?
 
   python -m ada_jax.plan --config configs/qwen25_math_7b.py:tpu=v5p-64 \
       [--config.rl.micro_batch_rows=32 ...] [--devices 32] [--hbm-gib 95] \
-      [--check [--check-phases update,old_logp,...]]
+      [--write-gbps 1] [--check [--check-phases update,old_logp,...]]
 
 Prints the per-device bytes of every buffer of one RL step (params in the
 training layout and the sampling copy, AdamW state, gradients, prompt cache,
@@ -10,9 +10,13 @@ the KV cache of a sampling round, the rollout buffer, the activations of the
 old-logp pass and of the update) grouped by phase, and ends with one line:
 `fits: X GiB of Y GiB per device` or `does NOT fit: X > Y GiB; ...` naming
 the smallest change that fits. Before it: the trainer's own evaluation and
-the evaluate / select_prompts commands (their own verdicts), and a roofline
-step-time estimate per phase beside the paper's measured step times
-(information, not a promise).
+the evaluate / select_prompts commands (their own verdicts), a roofline
+step-time estimate per phase, the paper's measured step times of the same
+model (none for a model the paper did not time), the checkpoint write
+against the preemption notice, and the run's estimated total time and
+chip-hours (`planner.run_time`: the steps, the trainer's evaluations and
+pass-rate histograms, the checkpoint writes at an assumed per-host write
+bandwidth, `--write-gbps`): lower bounds, information, not a promise.
 
 `--check` then compiles the config's real programs (the trainer's jitted
 update, old-logp pass and sampling rounds, on abstract inputs in the layouts
@@ -135,12 +139,86 @@ def _target(c, devices: int | None, hbm_gib: float | None):
   return chip, devices, hbm_gib
 
 
-def step_time_lines(c, cfg, shapes, mesh, chip: str | None) -> list[str]:
-  """The roofline lower bound per phase, beside the paper's step times."""
-  from ada_jax.planner import chips, step_time
+def _seconds(seconds: float) -> str:
+  """'29.5 s', or '0.0123 s' below a second (a tiny model's parts)."""
+  return f'{seconds:.1f} s' if seconds >= 1 else f'{seconds:.3g} s'
 
+
+def _duration(seconds: float) -> str:
+  """'3.29 h (11847 s)', '12.5 min (750 s)' or '0.0123 s'."""
+  if seconds >= 3600:
+    return f'{seconds / 3600:.2f} h ({seconds:.0f} s)'
+  if seconds >= 60:
+    return f'{seconds / 60:.1f} min ({seconds:.0f} s)'
+  return _seconds(seconds)
+
+
+def _paper_model(c) -> str:
+  """The released model the config plans (its Hub id), '' for a tiny one."""
+  if c.data.template == 'tiny' and not c.model.hf_path:
+    return ''  # runlocal: a random tiny model of the family, not the paper's.
+  return c.model.get('hub_id', '')
+
+
+def paper_step_line(c) -> str:
+  """The paper's measured step times of the config's own model, or that it has none."""
+  from ada_jax.planner import step_time
+
+  model = _paper_model(c)
+  paper = step_time.paper_steps(model) if model else None
+  if paper is None:
+    timed = ', '.join(step_time.PAPER_STEP_S)
+    return (
+      f'paper step times: none for {model or "this model"} (the paper timed '
+      f'{timed} only)'
+    )
+  times = ', '.join(f'{k} {v:g} s' for k, v in paper.seconds.items())
+  return (
+    f'paper step times of {model.rsplit("/", 1)[-1]} ({paper.source}; this '
+    f'config: {c.rl.rule}): {times}'
+  )
+
+
+def time_lines(
+  c,
+  cfg,
+  shapes,
+  mesh,
+  chip: str | None,
+  write_gbps: float | None = None,
+) -> list[str]:
+  """The roofline per step phase, the run's total and chip-hours, the paper's.
+
+  All lower bounds: information, not a promise. write_gbps: the assumed
+  per-host checkpoint write bandwidth (None: `checkpoint_time.WRITE_GBPS`).
+  """
+  import math
+
+  import jax.numpy as jnp
+
+  from ada_jax.infra import tpu_pods
+  from ada_jax.planner import checkpoint_time, chips, run_time, step_time
+
+  if write_gbps is None:
+    write_gbps = checkpoint_time.WRITE_GBPS
+  # Each host writes its share of a checkpoint (a CPU host: all of it); the
+  # pod's hosts, or as many of its hosts as --devices chips fill.
+  hosts = 1
+  if c.get('pod', ''):
+    pod = tpu_pods.pod(c.pod)
+    hosts = max(1, math.prod(mesh) // pod.chips_per_host_count)
+  write = checkpoint_time.write_seconds(cfg, hosts, write_gbps)
+  checkpoint = f'{write.line()}; --write-gbps sets the bandwidth'
   if chip not in chips.CHIPS:
-    return ['step time: no chip peaks known (no tpu= preset): not estimated']
+    return [
+      'step and run time: no chip peaks known (no tpu= preset): not estimated',
+      paper_step_line(c),
+      checkpoint,
+    ]
+  # The sampling copy and the KV cache are in the compute dtype.
+  copy = dict(
+    sample_bytes=jnp.dtype(cfg.dtype).itemsize, kv_bytes=jnp.dtype(cfg.dtype).itemsize
+  )
   phases = step_time.estimate(
     cfg,
     prompts=shapes.prompts,
@@ -157,6 +235,7 @@ def step_time_lines(c, cfg, shapes, mesh, chip: str | None) -> list[str]:
     remat=cfg.remat,
     attention=cfg.attention,
     slot_group=shapes.slot_group,
+    **copy,
   )
   lines = [
     f'step time (roofline lower bound on {chip}: information, not a promise; '
@@ -168,11 +247,66 @@ def step_time_lines(c, cfg, shapes, mesh, chip: str | None) -> list[str]:
       f'{ph.flops / 1e12:10.1f} TFLOP, {ph.hbm_bytes / 1e9:9.1f} GB per device  '
       f'{ph.note}'
     )
-  total = step_time.total_seconds(phases)
-  paper = ', '.join(f'{k} {v:g} s' for k, v in step_time.PAPER_STEP_S.items())
+  step = step_time.total_seconds(phases)
+  lines.append(f'  {"step":<16} {step:8.1f} s')
+  lines.append(paper_step_line(c))
+  lines.append(checkpoint)
+  rl = c.rl
+  # The trainer evaluates its eval split's first rl.eval_max_prompts (0: all
+  # of it, a size known only once the data is built: not counted then).
+  eval_prompts = rl.eval_max_prompts if c.data.eval_split else 0
+  run = run_time.estimate(
+    cfg,
+    steps=rl.steps,
+    step_seconds=step,
+    slots=shapes.slots,
+    prompt_len=shapes.prompt_len,
+    new_tokens=shapes.new_tokens,
+    mesh=mesh,
+    chip=chips.CHIPS[chip],
+    eval_prompts=eval_prompts,
+    eval_every=rl.eval_every,
+    eval_sampled_k=rl.get('eval_sampled_k', 0),
+    histogram_prompts=rl.histogram_prompts,
+    histogram_k=rl.histogram_k,
+    checkpoint_every=c.checkpoint.every,
+    hosts=hosts,
+    write_gbps=write_gbps,
+    attention=cfg.attention,
+    **copy,
+  )
   lines.append(
-    f'  {"step":<16} {total:8.1f} s  (the paper, Qwen2.5-Math-7B on 8xH100 with '
-    f'verl, measured: {paper})'
+    'run time (lower bound: every part at its roofline, one after another; '
+    'information, not a promise):'
+  )
+  parts = [(f'{run.steps} RL steps x {_seconds(run.step_seconds)}', run.steps_seconds)]
+  for s in run.scorings:
+    parts.append(
+      (f'{s.name}: {s.runs} x {s.prompts} prompts x k={s.k}', s.total_seconds)
+    )
+  parts.append(
+    (
+      f'checkpoint writes: {run.checkpoints} x {_seconds(run.write.seconds)} (every '
+      f'{c.checkpoint.every} steps, at {run.write.gbps:g} GB/s per host)',
+      run.checkpoint_seconds,
+    )
+  )
+  lines.extend(f'  {what:<68}{_seconds(seconds):>12}' for what, seconds in parts)
+  if not c.data.eval_split:
+    lines.append('  no held-out evaluation (data.eval_split is empty)')
+  left_out = ['compiles, loading weights and data, the verifier']
+  if c.data.eval_split and not rl.eval_max_prompts:
+    left_out.append(
+      f'the evaluations of the whole {c.data.eval_split!r} split (its size is '
+      'known once the data is built; rl.eval_max_prompts counts them)'
+    )
+  if c.sft.steps:
+    left_out.append(f'SFT ({c.sft.steps} steps)')
+  lines.append(f'  not counted: {"; ".join(left_out)}')
+  hours = f'{run.chip_hours:.1f}' if run.chip_hours >= 0.1 else f'{run.chip_hours:.2g}'
+  lines.append(
+    f'estimated run time (lower bound): at least {_duration(run.total_seconds)} '
+    f'on {run.chips} {chip} chips = at least {hours} chip-hours'
   )
   return lines
 
@@ -185,11 +319,13 @@ def report(
   *,
   eval_new_tokens: int = EVAL_NEW_TOKENS,
   cfg: Any = None,
+  write_gbps: float | None = None,
 ) -> str:
-  """The plan table, the step time and the final fits / does NOT fit line.
+  """The plan table, the step and run time and the final fits / does NOT fit line.
 
   cfg: the ModelConfig to plan (default: the config's; `--layers` and
-  `--target` pass their own).
+  `--target` pass their own). write_gbps: the assumed per-host checkpoint
+  write bandwidth, GB/s (None: `checkpoint_time.WRITE_GBPS`).
   """
   import jax.numpy as jnp
 
@@ -265,7 +401,7 @@ def report(
       'fewer slots (rl.slots, or --slots of the commands) shrink them'
     )
   lines.append('')
-  lines.extend(step_time_lines(c, cfg, shapes, mesh, chip))
+  lines.extend(time_lines(c, cfg, shapes, mesh, chip, write_gbps))
   lines.append('')
   peak_gib = p.peak / 2**30
   if peak_gib <= hbm_gib:
@@ -1023,6 +1159,14 @@ def parser() -> argparse.ArgumentParser:
     help='new tokens of `ada_jax.evaluate` (capped by the model positions)',
   )
   p.add_argument(
+    '--write-gbps',
+    type=float,
+    default=None,
+    help='assumed per-host checkpoint write bandwidth to the run storage, GB/s, '
+    'for the checkpoint and run time estimates (default: '
+    'planner.checkpoint_time.WRITE_GBPS)',
+  )
+  p.add_argument(
     '--check',
     action='store_true',
     help='also compile the real programs and compare (CPU: fake --devices)',
@@ -1109,7 +1253,15 @@ def main(argv: Sequence[str] | None = None) -> None:
       plan_cfg = dataclasses.replace(plan_cfg, num_layers=args.layers)
     kw = dict(eval_new_tokens=args.eval_new_tokens)
     print(
-      report(c, args.config, args.devices, args.hbm_gib, cfg=plan_cfg, **kw),
+      report(
+        c,
+        args.config,
+        args.devices,
+        args.hbm_gib,
+        cfg=plan_cfg,
+        write_gbps=args.write_gbps,
+        **kw,
+      ),
       flush=True,
     )
     if chosen is not None and tensor_rule:

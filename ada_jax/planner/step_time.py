@@ -50,9 +50,36 @@ from ada_jax import attention as attention_lib
 from ada_jax import model as model_lib
 from ada_jax.planner import chips as chips_lib
 
-# Measured on 8xH100 by the paper (reference doc section 8), seconds per
-# step for Qwen2.5-Math-7B at the same step shapes: printed beside our bound.
-PAPER_STEP_S = {'grpo': 236.0, 'pos': 333.0, 'balance': 375.0}
+
+@dataclasses.dataclass(frozen=True)
+class PaperSteps:
+  """One model's step times as the paper measured them (seconds per step)."""
+
+  seconds: dict[str, float]  # Rule (grpo, pos, balance) -> seconds.
+  source: str
+
+
+# The paper's measured wall time per update step (arXiv 2510.04996 v1,
+# Table 2: "average wall time per update step", 8xH100 with verl, at the
+# paper's step: B=512, n=4, M=8, P=1024, N=2048; the reference doc
+# ../shared/docs/reinforce_ada_reference.md, section 9). Keyed by the
+# released model's name (the Hub id's last part): a model the paper did
+# not time has none, and the plan prints none for it rather than another
+# model's. The only figures the paper gives; the 3B and 4B were not timed.
+_TABLE_2 = 'arXiv 2510.04996 (v1) Table 2, measured on 8xH100 with verl'
+PAPER_STEP_S: dict[str, PaperSteps] = {
+  'Qwen2.5-Math-1.5B': PaperSteps(
+    {'grpo': 102.0, 'pos': 228.0, 'balance': 290.0}, _TABLE_2
+  ),
+  'Qwen2.5-Math-7B': PaperSteps(
+    {'grpo': 236.0, 'pos': 333.0, 'balance': 375.0}, _TABLE_2
+  ),
+}
+
+
+def paper_steps(model: str) -> PaperSteps | None:
+  """The paper's step times of `model` (a name or a Hub id), or None."""
+  return PAPER_STEP_S.get(model.rsplit('/', 1)[-1])
 
 
 @dataclasses.dataclass(frozen=True)
@@ -118,6 +145,91 @@ def _phase(name: str, flops: float, nbytes: float, chip: chips_lib.Chip, note=''
   )
 
 
+def _sample_weights(c: model_lib.ModelConfig, tensor: int, sample_bytes: int) -> float:
+  """Bytes of the sampling copy one device reads whole: split over tensor only."""
+  return param_count(c) * sample_bytes / tensor
+
+
+def _kv_token(c: model_lib.ModelConfig, kv_bytes: int) -> int:
+  """KV-cache bytes of one token over all layers (K and V)."""
+  return 2 * c.num_layers * c.num_kv_heads * c.head_dim * kv_bytes
+
+
+def _attn_pair(c: model_lib.ModelConfig) -> int:
+  """Attention FLOPs of one (query, key) pair over all layers (QK^T and PV)."""
+  return 4 * c.num_heads * c.head_dim * c.num_layers
+
+
+def _vocab(c: model_lib.ModelConfig) -> int:
+  """FLOPs of one token's vocabulary projection."""
+  return 2 * c.hidden_size * c.vocab_size
+
+
+def prefill_phase(
+  c: model_lib.ModelConfig,
+  *,
+  prompts: int,
+  prompt_len: int,
+  mesh: tuple[int, int, int],
+  chip: chips_lib.Chip,
+  sample_bytes: int = 2,
+  kv_bytes: int = 2,
+) -> Phase:
+  """The prefill of B prompts of P tokens (logits of the last token only)."""
+  devices, p = math.prod(mesh), prompt_len
+  flops = prompts * (2 * matmul_params(c) * p + _attn_pair(c) * p * p + _vocab(c))
+  return _phase(
+    'prefill',
+    flops / devices,
+    _sample_weights(c, mesh[2], sample_bytes)
+    + prompts * p * _kv_token(c, kv_bytes) / devices,
+    chip,
+    f'B={prompts} prompts x P={p}',
+  )
+
+
+def sampling_phase(
+  c: model_lib.ModelConfig,
+  *,
+  prompt_len: int,
+  new_tokens: int,
+  slots: int,
+  rounds: int,
+  mesh: tuple[int, int, int],
+  chip: chips_lib.Chip,
+  attention: str = 'auto',
+  sample_bytes: int = 2,
+  kv_bytes: int = 2,
+  slot_group: int = 1,
+) -> Phase:
+  """`rounds` full sampling rounds of N decode steps of S slots.
+
+  Each decode step reads the sampling copy once, each prompt's keys once
+  per group of m = `slot_group` slots and each slot's own keys up to the
+  current position's block (`decode_reads`).
+  """
+  devices, tensor = math.prod(mesh), mesh[2]
+  g_split = tensor if c.num_kv_heads % tensor == 0 else 1
+  prompt_keys, own_keys = decode_reads(prompt_len, new_tokens, attention)
+  step_flops = slots * (
+    2 * matmul_params(c) + _attn_pair(c) * (prompt_keys + own_keys) + _vocab(c)
+  )
+  read = slots / slot_group * prompt_keys + slots * own_keys
+  step_bytes = (
+    _sample_weights(c, tensor, sample_bytes)
+    + read * _kv_token(c, kv_bytes) / (devices / tensor) / g_split
+  )
+  steps = rounds * new_tokens
+  return _phase(
+    'sampling rounds',
+    steps * step_flops / devices,
+    steps * step_bytes,
+    chip,
+    f'{rounds} rounds x N={new_tokens} steps of S={slots} slots'
+    + (f', prompt keys read once per {slot_group} slots' if slot_group > 1 else ''),
+  )
+
+
 def estimate(
   c: model_lib.ModelConfig,
   *,
@@ -163,48 +275,30 @@ def estimate(
   """
   devices = math.prod(mesh)
   tensor = mesh[2]
-  p, n = prompt_len, new_tokens
-  t = p + n
-  mm = matmul_params(c)
-  attn_pair = 4 * c.num_heads * c.head_dim * c.num_layers
-  vocab = 2 * c.hidden_size * c.vocab_size
+  t = prompt_len + new_tokens
   n_params = param_count(c)
-  # Sampling copy: split over tensor only, read whole by each device.
-  sample_weights = n_params * sample_bytes / tensor
-  kv_token = 2 * c.num_layers * c.num_kv_heads * c.head_dim * kv_bytes
-  g_split = tensor if c.num_kv_heads % tensor == 0 else 1
-  phases = []
-  # Prefill: B prompts of P tokens, logits of the last token only.
-  flops = prompts * (2 * mm * p + attn_pair * p * p + vocab)
-  phases.append(
-    _phase(
-      'prefill',
-      flops / devices,
-      sample_weights + prompts * p * kv_token / devices,
-      chip,
-      f'B={prompts} prompts x P={p}',
-    )
-  )
-  # Decode: `rounds` x N steps of S slots; each step reads the weights once,
-  # each prompt's keys once per group of m slots and each slot's own keys up
-  # to the current position's block.
-  prompt_keys, own_keys = decode_reads(p, n, attention)
-  step_flops = slots * (2 * mm + attn_pair * (prompt_keys + own_keys) + vocab)
-  read = slots / slot_group * prompt_keys + slots * own_keys
-  step_bytes = sample_weights + read * kv_token / (devices / tensor) / g_split
-  steps = rounds * n
-  phases.append(
-    _phase(
-      'sampling rounds',
-      steps * step_flops / devices,
-      steps * step_bytes,
-      chip,
-      f'{rounds} rounds x N={n} steps of S={slots} slots'
-      + (f', prompt keys read once per {slot_group} slots' if slot_group > 1 else ''),
-    )
-  )
+  copy = dict(sample_bytes=sample_bytes, kv_bytes=kv_bytes)
+  phases = [
+    prefill_phase(
+      c, prompts=prompts, prompt_len=prompt_len, mesh=mesh, chip=chip, **copy
+    ),
+    sampling_phase(
+      c,
+      prompt_len=prompt_len,
+      new_tokens=new_tokens,
+      slots=slots,
+      rounds=rounds,
+      mesh=mesh,
+      chip=chip,
+      attention=attention,
+      slot_group=slot_group,
+      **copy,
+    ),
+  ]
   # Training forwards over R rows of T tokens, logits of the N response tokens.
-  forward = rows * (2 * mm * t + attn_pair * t * t + vocab * n)
+  forward = rows * (
+    2 * matmul_params(c) * t + _attn_pair(c) * t * t + _vocab(c) * new_tokens
+  )
   shards = mesh[1] * tensor  # The training params are split over fsdp x tensor.
   micro_passes = math.ceil(rows / micro_batch_rows)
   # Each micro-batch pass reads the gathered weights (split over tensor) once,
