@@ -186,11 +186,14 @@ def time_lines(
   mesh,
   chip: str | None,
   write_gbps: float | None = None,
+  score_slots: int = 0,
 ) -> list[str]:
   """The roofline per step phase, the run's total and chip-hours, the paper's.
 
   All lower bounds: information, not a promise. write_gbps: the assumed
   per-host checkpoint write bandwidth (None: `checkpoint_time.WRITE_GBPS`).
+  score_slots: the slots of the trainer's scoring passes
+  (`RLSettings.score_slots`; 0: the step's S).
   """
   import math
 
@@ -259,7 +262,7 @@ def time_lines(
     cfg,
     steps=rl.steps,
     step_seconds=step,
-    slots=shapes.slots,
+    slots=score_slots or shapes.slots,
     prompt_len=shapes.prompt_len,
     new_tokens=shapes.new_tokens,
     mesh=mesh,
@@ -282,7 +285,11 @@ def time_lines(
   parts = [(f'{run.steps} RL steps x {_seconds(run.step_seconds)}', run.steps_seconds)]
   for s in run.scorings:
     parts.append(
-      (f'{s.name}: {s.runs} x {s.prompts} prompts x k={s.k}', s.total_seconds)
+      (
+        f'{s.name}: {s.runs} x {s.prompts} prompts x k={s.k}, '
+        f'{score_slots or shapes.slots} slots',
+        s.total_seconds,
+      )
     )
   parts.append(
     (
@@ -291,7 +298,7 @@ def time_lines(
       run.checkpoint_seconds,
     )
   )
-  lines.extend(f'  {what:<68}{_seconds(seconds):>12}' for what, seconds in parts)
+  lines.extend(f'  {what:<72}{_seconds(seconds):>12}' for what, seconds in parts)
   if not c.data.eval_split:
     lines.append('  no held-out evaluation (data.eval_split is empty)')
   left_out = ['compiles, loading weights and data, the verifier']
@@ -401,7 +408,12 @@ def report(
       'fewer slots (rl.slots, or --slots of the commands) shrink them'
     )
   lines.append('')
-  lines.extend(time_lines(c, cfg, shapes, mesh, chip, write_gbps))
+  # The trainer's scoring passes run at RLSettings.score_slots, as from_config
+  # sizes them: rl.slots halved until the pass_rates phase fits.
+  score_slots = from_config.command_slots(
+    c, cfg, 'pass_rates', shapes.new_tokens, hbm=hbm, devices=devices
+  )
+  lines.extend(time_lines(c, cfg, shapes, mesh, chip, write_gbps, score_slots))
   lines.append('')
   peak_gib = p.peak / 2**30
   if peak_gib <= hbm_gib:

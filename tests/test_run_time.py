@@ -15,8 +15,8 @@ import jax.numpy as jnp
 import pytest
 from flax import nnx
 
+from ada_jax import from_config, plan
 from ada_jax import model as model_lib
-from ada_jax import plan
 from ada_jax.planner import checkpoint_time, chips, run_time, step_time
 
 _TINY = model_lib.ModelConfig(
@@ -191,3 +191,16 @@ def test_write_gbps_halves_the_checkpoint_writes(capsys):
   assert _checkpoint_total(fast) == pytest.approx(_checkpoint_total(base) / 2, abs=0.1)
   with pytest.raises(SystemExit, match='positive'):
     _plan(capsys, spec, '--write-gbps', '0')
+
+
+def test_scoring_runs_at_the_trainers_score_slots(capsys):
+  # The trainer scores at RLSettings.score_slots (from_config sizes it:
+  # rl.slots halved until the pass_rates phase fits); the estimate too.
+  spec = 'configs/qwen25_math_7b.py:tpu=v4-32'
+  out = _plan(capsys, spec)
+  c = from_config.load(spec)
+  cfg = dataclasses.replace(plan.model_config(c, 'qwen25_math_7b'), platform='tpu')
+  from_config.resolve_layout(c, cfg, platform='tpu', refuse=False)  # As a run.
+  want = from_config.command_slots(c, cfg, 'pass_rates', c.sampling.max_new_tokens)
+  line = next(x for x in out.splitlines() if 'pass-rate histogram before' in x)
+  assert f'k=8, {want} slots' in line, line

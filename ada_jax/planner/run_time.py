@@ -174,7 +174,8 @@ def estimate(
     c: the policy.
     steps: RL steps.
     step_seconds: one step's roofline (`step_time.total_seconds`).
-    slots: S, the run's slots (its evaluations' too).
+    slots: S of the trainer's scoring passes (`RLSettings.score_slots`: the
+      run's slots, fewer where its scoring phase would not fit).
     prompt_len: P, the prompt bucket.
     new_tokens: N of the run (and of its evaluations).
     mesh: (data, fsdp, tensor) sizes.
