@@ -72,20 +72,25 @@ Commands:
                          --workdir gs://...` on every worker (nohup; log, pid file and
                          exit-code file per worker; ADA_DISTRIBUTED=1, persistent
                          compilation cache); CONFIG is configs/NAME.py or just NAME.
-                         The config, its ARGS and each --config.key are first checked
-                         here (also with --dry-run): a bad one fails before anything
-                         is sent. Python used: $ADA_PYTHON, else REPO/.venv/bin/python,
-                         else python3 (the first that imports ml_collections; none:
-                         a warning, unchecked). Then the pod check on every worker
-                         (as setup's, and the programs compiled at 2 layers on the
-                         chips) before the job starts; a failure is one line per
-                         worker and nothing starts (--ignore-plan: a plan that does
-                         not fit is reported, not refused)
+                         First checked here (also with --dry-run; python -m
+                         ada_jax.plan --launch-check): the config, its ARGS and each
+                         --config.key load, the config rules pass on the pod's chips
+                         (tpu= in ARGS, else --type; a paper model's files stood in
+                         by its config.json from the planner), and the plan fits; if
+                         not, one line (the plan's, with its smallest change) and
+                         nothing is sent. Python used: $ADA_PYTHON, else
+                         REPO/.venv/bin/python, else python3 (the first with jax and
+                         ml_collections; none: a warning, unchecked). Then the pod
+                         check on every worker (as setup's, and the programs
+                         compiled at 2 layers on the chips) before the job starts; a
+                         failure is one line per worker and nothing starts
   eval ARGS...           start `python -m ada_jax.evaluate ARGS...` on every worker, like
                          run (log, pid file, exit code, status, stop): ARGS are evaluate's
                          own (--config, --checkpoint gs://RUN or gs://HF_DIR, --step
                          N|latest|all, --out gs://..., --config.key=value), checked here
-                         first; launcher options go before `eval`
+                         first like run's, by the plan's line for evaluate (its largest
+                         chunk that fits: refused when not even the smallest does);
+                         launcher options go before `eval`
   export ARGS...         the same for `python -m ada_jax.export ARGS...` (--workdir
                          gs://RUN, --out gs://HF_DIR, --step N|latest)
   logs                   tail the log of worker 0 (or --worker N|all)
@@ -123,8 +128,10 @@ Options (environment variable in brackets):
                          (repeatable; the value is never printed)
   --allow-dirty          setup: ship HEAD even with uncommitted changes (not shipped)
   --no-check             setup: skip the all-workers pod check
-  --ignore-plan          setup/run: the pod check reports a plan that does not fit
-                         the chips instead of refusing it
+  --ignore-plan          setup/run/eval: a plan that does not fit the chips is a
+                         warning, here and in the pod check, not a refusal (a
+                         layout left to the rule, at 0, that fits nowhere is still
+                         refused: the job refuses it; set the keys the refusal names)
   --worker N|all         logs/ssh: which worker (logs default 0, ssh default all)
   --lines N, --no-follow logs: tail N lines (default 100); do not follow
   --grace SECONDS        stop: wait this long for the checkpoint before SIGKILL (600)
@@ -284,43 +291,25 @@ echo "$rc" > "$rc_file.tmp" && mv "$rc_file.tmp" "$rc_file"
 EOF
 )
 
-# Checks CONFIG[:ARGS] and its --config.key=value overrides here, before
-# anything is sent to the workers, as main would build them: argv is PATH NAME
-# HAS_ARG ARG OVERRIDES... (HAS_ARG 1: get_config(ARG), as for `NAME:ARG`).
-# Exit 0: it builds; 10: it does not (the error's message, one line); other
-# codes (3: no ml_collections): this python cannot tell.
-CONFIG_CHECK=$(cat <<'EOF'
-import importlib.util, sys
+# The check here, before anything is sent to the workers (`python -m
+# ada_jax.plan --launch-check COMMAND ...`): the config as the job loads it,
+# the config rules (the workers' model files stood in by the paper model's
+# config.json) on the pod's chips, and the plan's verdict for the command.
+# Exit 0: go on (its lines on stdout); 10: refused (the reason); 3: this
+# python lacks the requirements (jax, ml_collections); 4: the check itself
+# failed (its traceback on stderr).
+LOCAL_CHECK=$(cat <<'EOF'
+import sys, traceback
 try:
-  import ml_collections
-  from absl import flags
-  from ml_collections import config_flags
+  import jax, ml_collections
+  from ada_jax import plan
 except ImportError:
   sys.exit(3)
-path, name, has_arg, arg, *overrides = sys.argv[1:]
 try:
-  spec = importlib.util.spec_from_file_location('ada_config_check', path)
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
-  config = module.get_config(arg) if has_arg == '1' else module.get_config()
-  for flag in overrides:
-    key = flag.split('=', 1)[0].removeprefix('--config.')
-    node = config
-    for i, part in enumerate(key.split('.')):
-      part = part.split('[', 1)[0]
-      if not isinstance(node, ml_collections.ConfigDict) or part not in node:
-        where = '.'.join(key.split('.')[:i]) or 'the config'
-        raise ValueError(f'{flag}: unknown key {key} ({where} has no {part!r})')
-      node = node[part]
-  # The values, parsed as main parses them.
-  fv = flags.FlagValues()
-  argv = ['check', *overrides]
-  config_flags.DEFINE_config_dict('config', config, flag_values=fv, sys_argv=argv)
-  fv(argv)
-except Exception as e:  # The config's own message, one line.
-  lines = str(e).strip().splitlines() or [type(e).__name__]
-  print(lines[-1] if name in lines[-1] else f'{name}: {lines[-1]}')
-  sys.exit(10)
+  plan.main(sys.argv[1:])
+except Exception:
+  traceback.print_exc()
+  sys.exit(4)
 EOF
 )
 
@@ -417,23 +406,40 @@ EOF
 )"
 }
 
-# check_config FILE CONFIG[:ARGS] [--config.key=value ...]: dies with the
-# config's own message when it does not build here (CONFIG_CHECK); warns and
-# goes on when no local python has ml_collections.
-check_config() {
-  local file=$1 config=$2 py msg rc has_arg=0
+# check_here COMMAND CONFIG[:ARGS] [--config.key=value ...] [PLAN_ARGS...]:
+# LOCAL_CHECK with the first python that has the requirements; dies with its
+# reason when it refuses (nothing has touched the pod yet); --ignore-plan
+# turns a plan that does not fit into a warning. No such python: a warning,
+# unchecked. A config file not in this checkout: a warning, unchecked.
+check_here() {
+  local cmd=$1 config=$2 py msg rc err line args
   shift 2
-  [[ $config == *:* ]] && has_arg=1
+  if [[ ! -f $REPO_ROOT/${config%%:*} ]]; then
+    echo "launch_tpu.sh: warning: ${config%%:*} is not in this checkout, so not checked here; the workers run the tree shipped by setup" >&2
+    return
+  fi
+  args=(--launch-check "$cmd" --config "$config" "$@")
+  [[ -z $TPU_TYPE ]] || args+=(--pod "$TPU_TYPE")
+  (( IGNORE_PLAN )) && args+=(--ignore-plan)
+  err=$(mktemp "${TMPDIR:-/tmp}/ada_check.XXXXXX")
   for py in "${ADA_PYTHON:-}" "$REPO_ROOT/.venv/bin/python" python3; do
     if [[ -z $py ]] || ! command -v "$py" >/dev/null; then continue; fi
     rc=0
-    msg=$("$py" -c "$CONFIG_CHECK" "$REPO_ROOT/$file" "$file" "$has_arg" "${config#*:}" "$@" 2>&1) || rc=$?
+    msg=$(cd "$REPO_ROOT" && "$py" -c "$LOCAL_CHECK" "${args[@]}" 2>"$err") || rc=$?
     case $rc in
-      0) note "config checked here: $config${1:+ with its overrides} builds"; return ;;
-      10) die "$msg" ;;
-    esac  # Other codes: this python cannot check; try the next.
+      0) rm -f "$err"
+         while IFS= read -r line; do
+           if [[ $line == warning:* ]]; then echo "launch_tpu.sh: $line" >&2
+           elif [[ -n $line ]]; then note "$line"; fi
+         done <<<"$msg"
+         return ;;
+      10) rm -f "$err"; die "$msg" ;;
+      2|4) line=$(tail -n 1 "$err"); rm -f "$err"
+         die "the check here failed ($py): ${line:-no message}" ;;
+    esac  # Other codes (3: no jax or ml_collections): this python cannot check.
   done
-  echo "launch_tpu.sh: warning: no local python with ml_collections (set ADA_PYTHON): config not checked here" >&2
+  rm -f "$err"
+  echo "launch_tpu.sh: warning: no local python with jax and ml_collections (set ADA_PYTHON): config not checked here" >&2
 }
 
 cmd_run() {
@@ -449,11 +455,7 @@ cmd_run() {
   done
   [[ -n $WORKDIR ]] || die "run needs --workdir gs://BUCKET/DIR (or ADA_WORKDIR)"
   [[ $WORKDIR == gs://* ]] || die "--workdir must be gs://...: all workers write one checkpoint, and a preempted VM's disk is gone"
-  if [[ -f $REPO_ROOT/$file ]]; then
-    check_config "$file" "$config" ${overrides[@]+"${overrides[@]}"}
-  else
-    echo "launch_tpu.sh: warning: $file is not in this checkout, so not checked here; the workers run the tree shipped by setup" >&2
-  fi
+  check_here run "$config" ${overrides[@]+"${overrides[@]}"}
   local main_args=(-m ada_jax.main --config "$config" --workdir "$WORKDIR" ${overrides[@]+"${overrides[@]}"})
   describe_pod
   note "1/3: check every worker is set up and its TPU is free (all or none start)"
@@ -531,7 +533,7 @@ arg_value() {  # NAME ARG...
 # objects); JOB_DIR (the run or HF directory) names the log and, without
 # --cache-dir, holds the compilation cache.
 pod_command() {  # CMD MODULE JOB_DIR "REQUIRED_ARGS" "GS_ARGS" ARG...
-  local cmd=$1 module=$2 job_dir=$3 required=$4 gs_args=$5 o v config file overrides=()
+  local cmd=$1 module=$2 job_dir=$3 required=$4 gs_args=$5 o v config overrides=()
   shift 5
   for o in $required; do
     [[ -n $(arg_value "$o" "$@") ]] || die "$cmd needs $o (it takes the arguments of python -m $module; launcher options go before the command)"
@@ -542,14 +544,10 @@ pod_command() {  # CMD MODULE JOB_DIR "REQUIRED_ARGS" "GS_ARGS" ARG...
   done
   for o in "$@"; do [[ $o == --config.* ]] && overrides+=("$o"); done
   config=$(arg_value --config "$@")
-  if [[ -n $config ]]; then
-    file=${config%%:*}
-    if [[ -f $REPO_ROOT/$file ]]; then
-      check_config "$file" "$config" ${overrides[@]+"${overrides[@]}"}
-    else
-      echo "launch_tpu.sh: warning: $file is not in this checkout, so not checked here; the workers run the tree shipped by setup" >&2
-    fi
-  fi
+  # evaluate's new tokens size its chunk in the plan.
+  v=$(arg_value --max-new-tokens "$@")
+  [[ -z $v ]] || overrides+=(--eval-new-tokens "$v")
+  [[ -z $config ]] || check_here "$cmd" "$config" ${overrides[@]+"${overrides[@]}"}
   describe_pod
   note "1/2: check every worker is set up and its TPU is free (all or none start)"
   workers_ready

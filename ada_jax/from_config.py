@@ -155,14 +155,23 @@ def load(spec: str, overrides: Sequence[str] = ()) -> Any:
   return c
 
 
-def validate(c: Any) -> None:
+def validate(c: Any, refuse: bool = True) -> Any:
   """All of `config_rules` (one line naming the key); nothing is written.
 
   The layout keys left to the plan's rule (`mesh.tensor` or
   `rl.micro_batch_rows` of 0) are resolved in place first, on this
-  machine's devices (`resolve_layout`).
+  machine's devices (`resolve_layout`). refuse=False: a layout that fits
+  nowhere is taken, not refused (`launch_tpu.sh`'s check, where the plan's
+  verdict, or `--ignore-plan`, decides). Returns the rule's Layout, None
+  when the config sets the layout keys.
   """
-  config_rules.validate(c, resolve=resolve_layout)
+  chosen = []
+
+  def resolve(config: Any) -> None:
+    chosen.append(resolve_layout(config, refuse=refuse))
+
+  config_rules.validate(c, resolve=resolve)
+  return chosen[0] if chosen else None
 
 
 def step_shapes(c: Any, cfg: Any = None, eval_new_tokens: int = 4096) -> Any:

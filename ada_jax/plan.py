@@ -25,6 +25,12 @@ GiB, compiled Y GiB, ratio R` per phase and `check: worst ratio R (PHASE)`.
 On CPU `--devices N` fakes N devices; XLA:CPU says nothing certain about TPU
 tiling. On a TPU VM it compiles for the real chips (no weights needed).
 
+`--launch-check run|eval` is `launch_tpu.sh`'s check on the user's
+machine before it sends anything to the pod: the config rules as the job
+runs them (on the pod's chips as CPU devices; a paper model's files, which
+are on the workers, stood in by its config.json) and the plan's line for
+the command; exit 10 and one line when refused (`launch_check`).
+
 Needs no TPU and no weights: model dims come from `model.hf_path`'s
 config.json when set, else from the built-in table of the four paper models
 (planner.models.PAPER_MODELS, by config file name), else (tiny template) from
@@ -670,6 +676,192 @@ def run_pod_check(c, spec: str, layers: int, ignore_plan: bool) -> int:
   return 0
 
 
+# `--launch-check`: launch_tpu.sh goes on at exit 0 and refuses at this code.
+LAUNCH_REFUSED = 10
+_EVALUATE = 'python -m ada_jax.evaluate'  # Its line in `report`.
+_VERDICTS = ('fits: ', 'does NOT fit: ')  # The step's final line in `report`.
+
+
+def stand_in_model_files(c, name: str, command: str, folder: str) -> list[str]:
+  """Points the model paths that are not on this machine at a local stand-in.
+
+  The workers read `model.hf_path`, `model.tokenizer_path` and
+  `model.init_from` (gs:// or their own disks); `launch_tpu.sh` checks a
+  config here first, where they are absent. A paper model's hf_path is
+  pointed at `folder`, which gets its config.json from the planner's table
+  (`planner.models`), so every config rule runs as on the workers except
+  the ones reading those files: the tokenizer's vocabulary check and
+  init_from's checkpoints (both cleared here) run there. `eval` with an
+  empty hf_path reads the model from its checkpoint (an HF directory), so
+  that is stood in too. In place, on `c`.
+
+  Returns:
+    The keys stood in or cleared, e.g. ['model.hf_path'].
+
+  Raises:
+    ValueError: the model is not here and not a paper model: its dims are
+      not known here.
+  """
+  import json
+
+  from ada_jax import hf
+  from ada_jax.planner import models
+
+  m = c.model
+
+  def away(path: str) -> bool:  # gs:// is never a local path.
+    return bool(path) and not os.path.exists(path)
+
+  keys = [k for k in ('tokenizer_path', 'init_from') if away(m.get(k, ''))]
+  in_checkpoint = command == 'eval' and not m.hf_path and c.data.template != 'tiny'
+  model_away = away(m.hf_path) or in_checkpoint
+  if model_away and name not in models.PAPER_MODELS:
+    raise ValueError(
+      f'model.hf_path={m.hf_path or "(the checkpoint)"} is not on this machine and '
+      f'{name} is not a paper model (planner.models): its dims are not known here'
+    )
+  with c.unlocked():
+    for k in keys:
+      m[k] = ''
+    if model_away:
+      cfg = models.model_config(name, m.dtype, m.param_dtype)
+      with open(os.path.join(folder, 'config.json'), 'w') as f:
+        json.dump(hf.config_to_hf(cfg), f)
+      m.hf_path = folder
+      keys.append('hf_path')
+  return [f'model.{k}' for k in keys]
+
+
+def launch_check(
+  c,
+  spec: str,
+  command: str,
+  *,
+  ignore_plan: bool = False,
+  eval_new_tokens: int = EVAL_NEW_TOKENS,
+) -> tuple[bool, list[str]]:
+  """`launch_tpu.sh run` / `eval`, here, before anything is sent to the pod.
+
+  The config rules as the job runs them (`from_config.validate`; the
+  workers' model files stood in, `stand_in_model_files`), then the plan's
+  verdict for the command: run, the step's final line of `report`; eval,
+  `report`'s line for `python -m ada_jax.evaluate` (the largest chunk that
+  fits, so a misfit means not even the smallest does). The lines are the
+  plan's own, as `python -m ada_jax.plan` prints them: the launcher and the
+  plan cannot disagree. A layout left to the rule (keys at 0) that fits
+  nowhere is refused by the job itself (`from_config.resolve_layout`), so
+  ignore_plan launches a misfit only where the config sets its layout.
+  Needs `c.pod` and as many JAX devices as its chips (`run_launch_check`
+  fakes them): the rules divide rows and slots by the device count.
+
+  Returns:
+    (refused, lines to print); with ignore_plan a misfit is a line
+    starting 'warning: '.
+  """
+  import tempfile
+
+  from ada_jax import config_rules
+
+  name, _ = _config_arg(spec)
+  _, devices, hbm_gib = _target(c, None, None)
+  chips = f'{devices} chip{"s" if devices > 1 else ""}'
+  where = f'{spec} on {c.pod} ({chips} x {hbm_gib:g} GiB)'
+  with tempfile.TemporaryDirectory(prefix='ada_launch_check_') as folder:
+    try:
+      stood_in = stand_in_model_files(c, name, command, folder)
+    except ValueError as e:
+      config_rules.check_keys(c)
+      return False, [
+        f'config checked here: {spec}: its keys only ({e}: the other rules and '
+        'the plan run on the workers)'
+      ]
+    before = dict(config_rules.leaves(c))
+    chosen = from_config.validate(c, refuse=False)
+    # The keys the layout rule filled in, as flags that set them.
+    filled = ' '.join(
+      f'--config.{k}={v}' for k, v in config_rules.leaves(c) if before.get(k) != v
+    )
+    cfg = dataclasses.replace(model_config(c, name), platform='tpu')
+    lines = report(c, spec, None, None, cfg=cfg, eval_new_tokens=eval_new_tokens)
+  lines = lines.splitlines()
+  step = [x for x in lines if x.startswith(_VERDICTS)][-1]
+  own = step if command == 'run' else next(x for x in lines if x.startswith(_EVALUATE))
+  own_fits = own.startswith('fits: ') or own.endswith(', fits')
+  job_refuses = chosen is not None and not chosen.fits
+  rules = 'the config rules pass'
+  if stood_in:
+    rules += f' ({", ".join(stood_in)}: on the workers, checked there)'
+  head = f'config checked here: {where}: {rules}'
+  if own_fits and not job_refuses:
+    return False, [head, f'plan: {own}']
+  line = f'{where}: {own}'
+  hint = '--ignore-plan to launch anyway'
+  if job_refuses:
+    hint = (
+      '--ignore-plan launches it only with its layout set, as the job refuses a '
+      f'layout left to the rule that fits nowhere: {filled}'
+    )
+  if command == 'eval' and not own_fits:
+    line += ' (its smallest chunk): use a larger pod'
+  elif own_fits:  # eval: evaluate validates the run's layout too.
+    line += f"; but evaluate's layout rule refuses the step: {step}"
+    hint = f'set the layout to evaluate: {filled}'
+  if ignore_plan and not job_refuses:
+    return False, [head, f'warning: {line}; launching anyway (--ignore-plan)']
+  return True, [f'{line}; nothing was sent to the pod ({hint})']
+
+
+def run_launch_check(
+  spec: str,
+  overrides: Sequence[str],
+  command: str,
+  *,
+  pod: str = '',
+  ignore_plan: bool = False,
+  eval_new_tokens: int = EVAL_NEW_TOKENS,
+) -> int:
+  """`--launch-check`: prints the check's lines; returns 0 or LAUNCH_REFUSED.
+
+  pod: the accelerator type where the config arg has no tpu= preset
+  (`launch_tpu.sh --type`); with neither, only the config's keys are
+  checked here. export: the config loads.
+  """
+  import jax
+
+  from ada_jax.infra import tpu_pods
+
+  try:
+    c = from_config.load(spec, overrides)
+    if command == 'export':
+      print(f'config checked here: {spec} loads', flush=True)
+      return 0
+    if pod and not c.get('pod', ''):
+      with c.unlocked():
+        c.pod = pod
+    if not c.get('pod', ''):
+      from ada_jax import config_rules
+
+      config_rules.check_keys(c)
+      print(
+        f'config checked here: {spec}: its keys only (no tpu= in the config arg, '
+        'no --type: the other rules and the plan run on the workers)',
+        flush=True,
+      )
+      return 0
+    # The rules divide by the device count: here, the pod's chips as CPU
+    # devices (set before the backend starts; none of its memory is used).
+    jax.config.update('jax_platforms', 'cpu')
+    jax.config.update('jax_num_cpu_devices', tpu_pods.pod(c.pod).chips)
+    refused, lines = launch_check(
+      c, spec, command, ignore_plan=ignore_plan, eval_new_tokens=eval_new_tokens
+    )
+  except ValueError as e:  # ConfigError included: one line, naming the config.
+    named = str(e).startswith(spec.partition(':')[0])
+    refused, lines = True, [str(e) if named else f'{spec}: {e}']
+  print('\n'.join(lines), flush=True)
+  return LAUNCH_REFUSED if refused else 0
+
+
 PAPER_CONFIGS = {  # Config name -> the model's row in the tables.
   'qwen25_math_1p5b': '1.5B (Qwen2.5-Math-1.5B)',
   'llama32_3b_instruct': '3B (Llama-3.2-3B-Instruct)',
@@ -1204,9 +1396,25 @@ def parser() -> argparse.ArgumentParser:
     'programs compile and fit); one line per worker, exit 1 on a problem',
   )
   p.add_argument(
+    '--launch-check',
+    choices=('run', 'eval', 'export'),
+    default='',
+    help='here, before launch_tpu.sh COMMAND sends anything to the pod: the '
+    "config rules (the workers' model files stood in by the paper model's "
+    "config.json) and the plan's verdict for the command; its lines, exit "
+    f'{LAUNCH_REFUSED} when refused (export: the config loads)',
+  )
+  p.add_argument(
+    '--pod',
+    default='',
+    help='--launch-check: the accelerator type when the config arg has no tpu= '
+    '(launch_tpu.sh --type)',
+  )
+  p.add_argument(
     '--ignore-plan',
     action='store_true',
-    help='--pod-check: report a plan that does not fit instead of failing',
+    help='--pod-check, --launch-check: report a plan that does not fit instead '
+    'of failing',
   )
   p.add_argument(
     '--layers',
@@ -1237,6 +1445,17 @@ def main(argv: Sequence[str] | None = None) -> None:
       os.environ['XLA_FLAGS'] = (
         f'{flags} --xla_force_host_platform_device_count={args.devices}'
       ).strip()
+  if args.launch_check:
+    sys.exit(
+      run_launch_check(
+        args.config,
+        rest,
+        args.launch_check,
+        pod=args.pod,
+        ignore_plan=args.ignore_plan,
+        eval_new_tokens=args.eval_new_tokens,
+      )
+    )
   if args.pod_check:
     try:
       c = from_config.load(args.config, rest)

@@ -16,10 +16,15 @@ import sysconfig
 
 import pytest
 
+from ada_jax import from_config, plan
+from ada_jax.infra import tpu_pods
+
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 SCRIPT = ROOT / 'launch_tpu.sh'
 POD = ('--name', 'ada-v4', '--zone', 'us-central2-b', '--type', 'v4-32')
 WORKDIR = 'gs://my-bucket/ada/tiny'
+# A paper model's files on the workers (a bucket): checked here by a stand-in.
+HF_PATH = '--config.model.hf_path=gs://my-bucket/assets/model'
 
 _FAKE = """#!/bin/sh
 echo "FAKE $0 CALLED: $*" >&2
@@ -175,6 +180,7 @@ def test_run_dry_run(sh):
     f' --workdir {WORKDIR} --config.seed=3'
   ) in out
   assert 'config checked here: configs/tiny_arith.py:tpu=v4-32,variant=balance' in out
+  assert '# plan: fits: ' in out  # The plan's verdict, here, before the pod.
   assert 'nohup setsid bash -c "$wrapper" job "$PID_FILE" "$RC_FILE"' in out
   # The job's exit code goes next to its pid file, fresh for each run.
   assert 'RC_FILE=$HOME/ada_logs/job.rc' in out
@@ -193,17 +199,27 @@ def test_run_dry_run(sh):
     ),
     (
       ('tiny_arith', '--config.rl.nope=1'),
-      "configs/tiny_arith.py: --config.rl.nope=1: unknown key rl.nope (rl has no 'nope')",
+      "configs/tiny_arith.py: --config.rl.nope: unknown key (rl has no 'nope'",
     ),
     (
       ('tiny_arith:variant=grpo', '--config.nope.x=1'),
-      'unknown key nope.x (the config has no',
+      "--config.nope.x: unknown key (the config has no 'nope')",
     ),
-    (('tiny_arith', '--config.rl.steps=abc'), '--config.rl.steps=abc: invalid literal'),
+    (('tiny_arith', '--config.rl.steps=abc'), '--config.rl.steps=abc: expected int'),
+    # A config rule, as the job runs it: the key, here, not on every worker.
+    (
+      ('qwen25_math_1p5b:tpu=v5p-64', HF_PATH, '--config.rl.micro_batch_rows=7'),
+      'configs/qwen25_math_1p5b.py:tpu=v5p-64: config rl.mini_batch_rows=512 must '
+      'divide the 2048 training rows and be a multiple of rl.micro_batch_rows=7',
+    ),
+    (
+      ('qwen25_math_7b:tpu=v5p-64',),
+      'configs/qwen25_math_7b.py:tpu=v5p-64: config model.hf_path is empty',
+    ),
   ],
 )
 def test_run_checks_the_config_here_first(sh, args, message):
-  """A bad config arg or key fails here, with its one line, before any plan."""
+  """A bad config arg, key or rule fails here, with its one line, before any plan."""
   for dry in (('--dry-run',), ()):  # Not even a real run calls gcloud.
     proc = sh(*dry, *POD, 'run', *args, '--workdir', WORKDIR, check_rc=1)
     (line,) = proc.stderr.splitlines()
@@ -215,7 +231,7 @@ def test_run_checks_the_config_here_first(sh, args, message):
 
 
 def test_run_without_a_local_python_warns_and_goes_on(sh, tmp_path):
-  """No python with ml_collections here: one warning, and the plan as before."""
+  """No python with jax and ml_collections here: one warning, and the plan as before."""
   repo = tmp_path / 'repo'
   (repo / 'configs').mkdir(parents=True)
   shutil.copy(SCRIPT, repo)
@@ -234,11 +250,97 @@ def test_run_without_a_local_python_warns_and_goes_on(sh, tmp_path):
     ada_python=str(not_python),
   )
   assert proc.stderr.splitlines() == [
-    'launch_tpu.sh: warning: no local python with ml_collections (set ADA_PYTHON):'
+    'launch_tpu.sh: warning: no local python with jax and ml_collections (set '
+    'ADA_PYTHON):'
     ' config not checked here'
   ]
   assert 'tpu-vm ssh ada-v4' in proc.stdout
   assert 'config checked here' not in proc.stdout
+
+
+def _plan_line(config: str, pod: str, prefix, overrides=()) -> str:
+  """The plan's own line starting with `prefix` (as python -m ada_jax.plan prints it)."""
+  spec = f'configs/{config}.py:tpu={pod}'
+  c = from_config.load(spec, overrides)
+  lines = plan.report(c, spec, None, None).splitlines()
+  return [line for line in lines if line.startswith(prefix)][-1]
+
+
+# Pods and paper configs around the edge of the plan: whatever it says of
+# each, the launcher must say the same (no table of misfits by hand).
+EDGE = [('qwen25_math_7b', 'v4-8'), ('qwen25_math_7b', 'v4-32')]
+EDGE += [('qwen25_math_1p5b', 'v5p-64')]
+
+
+@pytest.mark.parametrize(('config', 'pod'), EDGE)
+def test_run_refuses_exactly_what_the_plan_says_does_not_fit(sh, config, pod):
+  """A misfit by the plan is refused here with its line; a fit launches."""
+  verdict = _plan_line(config, pod, ('fits: ', 'does NOT fit: '))
+  spec = f'configs/{config}.py:tpu={pod}'
+  args = ('--name', 'ada', '--zone', 'z', 'run', spec, '--workdir', WORKDIR, HF_PATH)
+  if verdict.startswith('fits: '):
+    out = sh('--dry-run', *args).stdout
+    assert f'# plan: {verdict}' in out
+    assert out.count('tpu-vm ssh ada --zone=z --worker=all') == 3
+    return
+  for dry in (('--dry-run',), ()):  # Not even a real run calls gcloud.
+    proc = sh(*dry, *args, check_rc=1)
+    (line,) = proc.stderr.splitlines()
+    chips = tpu_pods.pod(pod).chips
+    assert line.startswith(f'launch_tpu.sh: error: {spec} on {pod} ({chips} chips x ')
+    assert f': {verdict}; nothing was sent to the pod (--ignore-plan ' in line
+    assert 'gcloud' not in proc.stdout
+
+
+def test_the_plan_refuses_a_paper_step_on_a_small_pod():
+  """EDGE holds a misfit under any slot waves (the update alone: 50 GiB > 32)."""
+  assert _plan_line('qwen25_math_7b', 'v4-8', 'does NOT fit: ').startswith(
+    'does NOT fit: '
+  )
+
+
+def test_ignore_plan_launches_a_misfit_with_a_warning(sh):
+  """--ignore-plan: a misfit is a warning, where the config sets its layout.
+
+  A layout left to the rule (0) that fits nowhere is refused by the job
+  itself, so the launcher names the flags that set the one the rule tried.
+  """
+  args = ('--name', 'ada', '--zone', 'z', '--ignore-plan', 'run')
+  args += ('configs/qwen25_math_7b.py:tpu=v4-8', '--workdir', WORKDIR, HF_PATH)
+  (line,) = sh('--dry-run', *args, check_rc=1).stderr.splitlines()
+  assert '--ignore-plan launches it only with its layout set' in line
+  layout = line.rsplit(': ', 1)[1].rstrip(')').split()
+  assert '--config.mesh.tensor=4' in layout
+  proc = sh('--dry-run', *args, *layout)
+  (warning,) = proc.stderr.splitlines()
+  assert warning.startswith(
+    'launch_tpu.sh: warning: configs/qwen25_math_7b.py:tpu=v4-8 on v4-8 (4 chips x '
+    '32 GiB): does NOT fit: '
+  )
+  assert warning.endswith('; launching anyway (--ignore-plan)')
+  # The pod check on the workers takes the same flag.
+  assert '--pod-check --layers 2' in proc.stdout and ' --ignore-plan' in proc.stdout
+  assert '-m ada_jax.main --config configs/qwen25_math_7b.py:tpu=v4-8' in proc.stdout
+
+
+def test_eval_refused_here_where_not_even_its_smallest_chunk_fits(sh):
+  """7B evaluated in float32 on one 16 GiB chip (its params alone take 28 GiB)."""
+  fp32 = '--config.model.dtype=float32'
+  evaluate = _plan_line(
+    'qwen25_math_7b', 'v5litepod-1', 'python -m ada_jax.evaluate', [fp32]
+  )
+  assert evaluate.endswith('at 1 slots per chunk, does NOT fit')
+  spec = 'configs/qwen25_math_7b.py:tpu=v5litepod-1'
+  proc = sh(
+    '--dry-run', '--name', 'ada', '--zone', 'z', 'eval', '--config', spec,
+    '--checkpoint', WORKDIR, HF_PATH, fp32, check_rc=1,
+  )  # fmt: skip
+  (line,) = proc.stderr.splitlines()
+  assert line.startswith(
+    f'launch_tpu.sh: error: {spec} on v5litepod-1 (1 chip x 16 GiB): {evaluate} '
+    '(its smallest chunk): use a larger pod; nothing was sent to the pod'
+  )
+  assert 'gcloud' not in proc.stdout
 
 
 def test_run_cache_dir_and_env(sh):
@@ -565,7 +667,7 @@ def test_eval_and_export_dry_run(sh):
         WORKDIR,
         '--config.rl.nope=1',
       ),
-      'unknown key rl.nope',
+      "--config.rl.nope: unknown key (rl has no 'nope'",
     ),
     (('export', '--workdir', WORKDIR), 'export needs --out'),
     (('export', '--workdir', WORKDIR, '--out=/tmp/hf'), '--out /tmp/hf: must be gs://'),
