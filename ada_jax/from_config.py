@@ -943,8 +943,14 @@ def policy(c: Any, checkpoint: str, step: int | None = None) -> Policy:
   """The params of a run's latest checkpoint, or `step`'s (or an HF dir), read-only.
 
   Nothing in `checkpoint` is written: the params are restored through a
-  read-only reader straight into the sampling layout, and the tiny
-  tokenizer is built in a temp dir. Safe on a run that is still training.
+  read-only reader, and the tiny tokenizer is built in a temp dir. Safe on
+  a run that is still training. The params are read in the training layout
+  (fsdp x tensor: a 1/devices share each) and copied into the sampling
+  layout in the compute dtype, as the trainer's sampling copy is
+  (`infra.resharder`; the forward's values do not change, the model casts
+  every weight at its use): restored whole in their own dtype (fp32),
+  7B's would take 28.4 GiB of every device, more than a v6e chip holds
+  beside a round.
 
   Raises:
     FileNotFoundError: neither an HF directory nor a run with a usable
@@ -965,16 +971,19 @@ def policy(c: Any, checkpoint: str, step: int | None = None) -> Policy:
     if step is not None:
       raise ValueError(f'--step {step}: {checkpoint} is an HF directory, not a run')
 
-    model = model_lib.with_config(
-      _load_hf(
-        checkpoint,
-        c.model.tokenizer_path or None,
-        dtype=jnp.dtype(c.model.dtype),
-        param_dtype=jnp.dtype(c.model.param_dtype),
-        mesh=mesh_,
-        rules=sharding.SAMPLE_RULES,
+    model = _sampling_copy(
+      model_lib.with_config(
+        _load_hf(
+          checkpoint,
+          c.model.tokenizer_path or None,
+          dtype=jnp.dtype(c.model.dtype),
+          param_dtype=jnp.dtype(c.model.param_dtype),
+          mesh=mesh_,
+          rules=sharding.TRAIN_RULES,
+        ),
+        **execution(c),
       ),
-      **execution(c),
+      mesh_,
     )
     tok = tokenizer_lib.load_tokenizer(
       c.model.tokenizer_path or checkpoint,
@@ -988,10 +997,22 @@ def policy(c: Any, checkpoint: str, step: int | None = None) -> Policy:
     )
   tok = tokenizer(c)
   config = model_config(c, tok)
-  graphdef, target = sharding.abstract_model(config, mesh_, sharding.SAMPLE_RULES)
+  graphdef, target = sharding.abstract_model(config, mesh_, sharding.TRAIN_RULES)
   step, params, _ = checkpoint_lib.restore_params(checkpoint, target, step)
-  model = nnx.merge(graphdef, params)
+  model = _sampling_copy(nnx.merge(graphdef, params), mesh_)
   return Policy(model, tok, step, config.max_position_embeddings, checkpoint)
+
+
+def _sampling_copy(model: Any, mesh_: Any) -> Any:
+  """`model` in the sampling layout and compute dtype (the trainer's copy)."""
+  from flax import nnx
+
+  from ada_jax import sharding
+  from ada_jax.infra import resharder
+
+  graphdef, state = nnx.split(model)
+  copy = resharder.Resharder(mesh_, sharding.SAMPLE_RULES, dtype=model.config.dtype)
+  return nnx.merge(graphdef, copy(state))
 
 
 def data_dir(c: Any, name: str, source: str | None, out_dir: str) -> str:

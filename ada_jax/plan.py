@@ -244,6 +244,7 @@ def time_lines(
     remat=cfg.remat,
     attention=cfg.attention,
     slot_group=shapes.slot_group,
+    waves=shapes.waves,
     **copy,
   )
   lines = [
@@ -1322,7 +1323,7 @@ def compiled_programs(
             mesh,
             prompts=per,
             prompt_len=s.prompt_len,
-            cast=phase == 'pass_rates',
+            cast=phase == 'pass_rates' or s.command_cast,
           )
         )
         runs.append(
@@ -1333,7 +1334,7 @@ def compiled_programs(
             prompt_len=s.prompt_len,
             slots=s.slots,
             new_tokens=new,
-            cast=phase == 'pass_rates',
+            cast=phase == 'pass_rates' or s.command_cast,
             aligned=per == s.slots,
             filter_logits=s.filter_logits,
           )
@@ -1500,7 +1501,9 @@ def main(argv: Sequence[str] | None = None) -> None:
         f'layout: mesh.tensor={chosen.mesh[2]} by the rule (the smallest of '
         f'{list(chosen.tried)} dividing the {cfg.num_kv_heads} KV heads that '
         f'fits{"" if chosen.fits else ": none does"}), '
-        f'rl.micro_batch_rows={c.rl.micro_batch_rows}',
+        f'rl.micro_batch_rows={c.rl.micro_batch_rows}, sampling.waves='
+        f'{chosen.waves} (one wave where a tensor axis fits, else the fewest of '
+        '2, 4, 8 leaving 10% free)',
         flush=True,
       )
     if args.check:

@@ -176,7 +176,8 @@ def write_table(paths: list[str], out: str) -> None:
       r = table_row(r)
       filt = r['shapes']['filter_logits']
       waves = r['shapes'].get('waves', 1)
-      rows[(*key, r['shapes']['micro_batch_rows'], filt, waves, r['phase'])] = r
+      cast = r['shapes'].get('command_cast', True)
+      rows[(*key, r['shapes']['micro_batch_rows'], filt, waves, cast, r['phase'])] = r
   table = [r for _, r in sorted(rows.items())]
   lines = ',\n'.join(json.dumps(r, separators=(',', ':')) for r in table)
   pathlib.Path(out).write_text(f'[\n{lines}\n]\n')

@@ -310,6 +310,35 @@ def test_presets_follow_the_layout_rule(name):
         from_config.resolve_layout(fresh, cfg, pod.chips, hbm, 'tpu')
 
 
+@pytest.mark.parametrize('name', PAPER)
+def test_commands_and_scoring_chunks_fit_every_example_pod(name):
+  """evaluate, select_prompts and the trainer's scoring fit, chunked by the plan.
+
+  Each takes the largest chunk of slots whose phase fits
+  (`from_config.command_slots`): evaluate at its 4096 new tokens on params
+  copied to the compute dtype (`from_config.policy`). 7B on v6e-64 did not
+  fit at any chunk with fp32 params restored whole (28.4 GiB of 32).
+  """
+  from ada_jax.planner import chips, memory
+
+  for tpu in common.EXAMPLE_PODS:
+    c = MODULES[name].get_config(f'tpu={tpu}')
+    pod = tpu_pods.pod(tpu)
+    cfg = plan.model_config(c, name)
+    hbm = chips.CHIPS[pod.generation].hbm_gib * 2**30
+    from_config.resolve_layout(c, cfg, pod.chips, hbm, 'tpu')
+    mesh = memory.resolve_mesh(dict(c.mesh), pod.chips)
+    for phase, new in (
+      ('evaluation', 4096),
+      ('selection', c.sampling.max_new_tokens),
+      ('pass_rates', c.sampling.max_new_tokens),
+    ):
+      slots = from_config.command_slots(c, cfg, phase, new)
+      shapes = dataclasses.replace(from_config.step_shapes(c, cfg, new), slots=slots)
+      got = memory.plan(cfg, shapes, mesh).phase_bytes(phase)
+      assert got <= hbm, (tpu, phase, slots, got / 2**30)
+
+
 def test_docstring_tables_match_the_plan():
   """configs/common.py's preset tables are the plan's (ADA_WRITE_TABLES=1 rewrites).
 

@@ -189,6 +189,45 @@ def test_evaluate_caps_new_tokens_and_matches_hf_export(run, caplog):
   assert set(backends) == {'ada'} and a['datasets']['custom']['grader'] == 'ada'
 
 
+def test_policy_is_a_compute_dtype_copy_in_the_sampling_layout(run):
+  # evaluate / select_prompts read the checkpoint in the training layout and
+  # sample from a copy in the compute dtype (fp32 params restored whole in
+  # the sampling layout took 28.4 GiB per device for 7B): every weight
+  # matrix cast, 1-D leaves (norm scales) as saved, values those of the
+  # checkpoint, laid out by the sampling rules. The run and its HF export
+  # alike.
+  import jax
+  import jax.numpy as jnp
+
+  from ada_jax import sharding
+  from ada_jax.infra import checkpoint as checkpoint_lib
+  from ada_jax.infra import mesh as mesh_lib
+
+  c = from_config.load(
+    str(ROOT / 'configs' / 'tiny_arith.py') + ':task=format',
+    [*run['overrides'], '--config.model.dtype=bfloat16'],
+  )
+  saved = checkpoint_lib.restore_params(
+    run['workdir'], nnx.state(hf.load_model(run['hf'], dtype=jnp.float32))
+  )[1]
+  for source in (run['workdir'], run['hf']):
+    if source == run['hf']:
+      c.model.hf_path = run['hf']
+      c.model.tokenizer_path = str(pathlib.Path(run['workdir']) / 'tokenizer')
+    state = nnx.state(from_config.policy(c, source).model)
+    want = mesh_lib.state_shardings(state, from_config.mesh(c), sharding.SAMPLE_RULES)
+    got_leaves = jax.tree.leaves(state)
+    assert len(got_leaves) == len(jax.tree.leaves(saved))
+    for x, ref, sh in zip(
+      got_leaves, jax.tree.leaves(saved), jax.tree.leaves(want), strict=True
+    ):
+      assert x.dtype == (jnp.bfloat16 if x.ndim >= 2 else jnp.float32), source
+      assert x.sharding.is_equivalent_to(sh, x.ndim), source
+      np.testing.assert_array_equal(
+        np.asarray(x), np.asarray(ref).astype(x.dtype), err_msg=source
+      )
+
+
 def test_graders_side_by_side_equal_each_grader_alone(run, caplog):
   """`--graders ada,reference`: one sampling, each grader's figures as alone.
 

@@ -100,6 +100,26 @@ def test_table_covers_the_paper_configs_and_pods():
   assert any(r['shapes']['filter_logits'] for r in _ROWS if r['phase'] == 'sampling')
 
 
+def test_table_covers_the_commands_on_compute_dtype_params():
+  """The commands as they run now: evaluate / select_prompts on bf16 params.
+
+  Rows saved before (`command_cast` False) compiled them on fp32 params and
+  keep checking the plan's fp32 path.
+  """
+  cast = {
+    (r['config'], r['pod'], r['phase'])
+    for r in _ROWS
+    if r['phase'] in ('evaluation', 'selection') and r['shapes']['command_cast']
+  }
+  for config, pod in (
+    ('qwen25_math_7b', 'v6e-64'),
+    ('qwen3_4b_instruct', 'v4-32'),
+    ('llama32_3b_instruct', 'v4-32'),
+    ('qwen25_math_1p5b', 'v5p-64'),
+  ):
+    assert {(config, pod, 'evaluation'), (config, pod, 'selection')} <= cast
+
+
 def test_table_covers_the_slot_waves_of_v4_32():
   """The rounds of the v4-32 presets that need slot waves, compiled in waves.
 

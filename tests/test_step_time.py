@@ -99,3 +99,14 @@ def test_grouped_slots_read_each_prompt_once_per_group():
   saved = 4 * 2048 * (4096 / 32) * 1024 * (1 - 1 / 8) * kv_token
   assert base.hbm_bytes - grouped.hbm_bytes == pytest.approx(saved, rel=1e-9)
   assert grouped.flops == base.flops
+
+
+def test_slot_waves_read_the_weights_once_per_wave():
+  # A round in W waves is W decode loops of S/W slots: the same FLOPs and KV
+  # reads, the sampling copy read W times per column.
+  one, two = _phases()['sampling rounds'], _phases(waves=2)['sampling rounds']
+  seven_b = models.model_config('qwen25_math_7b', jnp.bfloat16, jnp.float32)
+  weights = step_time.param_count(seven_b) * 2  # bf16, tensor 1.
+  assert two.hbm_bytes - one.hbm_bytes == pytest.approx(4 * 2048 * weights, rel=1e-9)
+  assert two.flops == one.flops
+  assert two.seconds >= one.seconds

@@ -41,7 +41,8 @@ training run:
 
 Commands without the training state (their own verdicts):
   evaluation: `python -m ada_jax.evaluate`: the params restored in the
-              sampling layout in their own dtype (fp32), S prompts per
+              training layout and copied into the sampling layout in the
+              compute dtype (`from_config.policy`), S prompts per
               chunk (their prefill, all S at once, is often the larger
               program: its temporaries grow with S, not with depth), S
               slots, the evaluation's new tokens (k samples run one after
@@ -176,6 +177,10 @@ class StepShapes:
   # prompts, its all-gather for the slot gather and the rollout buffer
   # [M, S, N] do not.
   waves: int = 1
+  # The commands (evaluate, select_prompts) sample from a copy of the params
+  # in the compute dtype (`from_config.policy`); False: in the params' own
+  # dtype, restored whole (before; the saved TPU rows were compiled so).
+  command_cast: bool = True
 
 
 @dataclasses.dataclass(frozen=True)
@@ -792,8 +797,10 @@ def plan(
   if s.greedy_eval:
     chunks.append(scoring_chunk(1, n))
   pr_cache, pr_round = max(chunks, key=sum)
-  sel_cache, sel_round = scoring_chunk(s.histogram_k, n, own=True)
-  ev_cache, ev_round = scoring_chunk(1, eval_n, own=True)
+  own = not s.command_cast
+  cmd_params = sample_own if own else sample
+  sel_cache, sel_round = scoring_chunk(s.histogram_k, n, own=own)
+  ev_cache, ev_round = scoring_chunk(1, eval_n, own=own)
 
   knob_step = 'rl.slots / sampling.max_new_tokens'
   items = (
@@ -960,8 +967,8 @@ def plan(
     Item(
       'params (restored, sampling layout)',
       'evaluation',
-      sample_own,
-      f'{jnp.dtype(c.param_dtype).name}, tensor only',
+      cmd_params,
+      f'{jnp.dtype(c.param_dtype if own else c.dtype).name}, tensor only',
       'a larger tensor axis (mesh.tensor)',
     ),
     Item('prompt cache [S, P] ', 'evaluation', ev_cache, 'S prompts per chunk (k=1)'),
@@ -970,13 +977,15 @@ def plan(
       'evaluation',
       ev_round,
       'k rounds one after another'
-      + ('; with a hoisted compute-dtype copy of the params' if hoisted else ''),
+      + (
+        '; with a hoisted compute-dtype copy of the params' if own and hoisted else ''
+      ),
       '--max-new-tokens / --slots',
     ),
     Item(
       'params (restored, sampling layout) ',
       'selection',
-      sample_own,
+      cmd_params,
       '',
       'a larger tensor axis (mesh.tensor)',
     ),

@@ -201,12 +201,15 @@ def sampling_phase(
   sample_bytes: int = 2,
   kv_bytes: int = 2,
   slot_group: int = 1,
+  waves: int = 1,
 ) -> Phase:
   """`rounds` full sampling rounds of N decode steps of S slots.
 
   Each decode step reads the sampling copy once, each prompt's keys once
   per group of m = `slot_group` slots and each slot's own keys up to the
-  current position's block (`decode_reads`).
+  current position's block (`decode_reads`). In W slot `waves` a round is
+  W decode loops of S/W slots: the same FLOPs and KV reads, the weights
+  read W times per column.
   """
   devices, tensor = math.prod(mesh), mesh[2]
   g_split = tensor if c.num_kv_heads % tensor == 0 else 1
@@ -216,7 +219,7 @@ def sampling_phase(
   )
   read = slots / slot_group * prompt_keys + slots * own_keys
   step_bytes = (
-    _sample_weights(c, tensor, sample_bytes)
+    waves * _sample_weights(c, tensor, sample_bytes)
     + read * _kv_token(c, kv_bytes) / (devices / tensor) / g_split
   )
   steps = rounds * new_tokens
@@ -226,7 +229,8 @@ def sampling_phase(
     steps * step_bytes,
     chip,
     f'{rounds} rounds x N={new_tokens} steps of S={slots} slots'
-    + (f', prompt keys read once per {slot_group} slots' if slot_group > 1 else ''),
+    + (f', prompt keys read once per {slot_group} slots' if slot_group > 1 else '')
+    + (f', in {waves} waves' if waves > 1 else ''),
   )
 
 
@@ -249,6 +253,7 @@ def estimate(
   sample_bytes: int = 2,
   kv_bytes: int = 2,
   slot_group: int = 1,
+  waves: int = 1,
 ) -> list[Phase]:
   """Per-phase roofline times of one step on `mesh` (data, fsdp, tensor).
 
@@ -272,6 +277,7 @@ def estimate(
     kv_bytes: bytes per KV-cache element.
     slot_group: m, slots per prompt group (the sampler reads a prompt's keys
       once per m slots; `ControllerSettings.slot_group`).
+    waves: W, slot waves per round (`sampling_phase`).
   """
   devices = math.prod(mesh)
   tensor = mesh[2]
@@ -292,6 +298,7 @@ def estimate(
       chip=chip,
       attention=attention,
       slot_group=slot_group,
+      waves=waves,
       **copy,
     ),
   ]
