@@ -314,10 +314,11 @@ def command_slots(
   hbm: float | None = None,
   devices: int | None = None,
 ) -> int:
-  """Slots per chunk of evaluate ('evaluation') / select_prompts ('selection').
+  """Slots per chunk of evaluate ('evaluation'), select_prompts ('selection'), the trainer's scoring ('pass_rates').
 
   `rl.slots`, halved (keeping a multiple of the data-parallel size) until
-  the command's phase of the plan fits a device's HBM (`pod_memory`): the
+  the command's phase of the plan fits a device's HBM (`pod_memory`) with
+  `planner.layout.HEADROOM` of it free (or no smaller chunk is left): the
   commands generate longer answers than the RL rounds (evaluate: 4096 new
   tokens), so the run's slot count does not fit every pod. Fewer slots
   only mean more chunks; the samples are the same. Without a known memory
@@ -343,12 +344,18 @@ def command_slots(
   dp = mesh[0] * mesh[1]  # Slots are split over data x fsdp.
   shapes = step_shapes(c, cfg, new_tokens)
   backend = platforms.name(platform)
+  # The chunk leaves the layout rule's headroom free where a smaller chunk
+  # can: the plan is within about 20% of the compiled programs, and a
+  # smaller chunk only means more chunks.
+  from ada_jax.planner import layout as layout_lib
+
+  roomy = (1 - layout_lib.HEADROOM) * hbm
   while True:
     p = memory_plan.plan(
       cfg, dataclasses.replace(shapes, slots=slots), mesh, backend=backend
     )
     half = slots // 2
-    if p.phase_bytes(phase) <= hbm or half < dp or half % dp:
+    if p.phase_bytes(phase) <= roomy or half < dp or half % dp:
       break
     slots = half
   if p.phase_bytes(phase) > hbm:

@@ -890,6 +890,16 @@ def preset_tables(pods: Sequence[str], variants: Sequence[str], root: str = '.')
   )
   lines = [f'| model | {head} |', '|---' * (len(pods) + 1) + '|']
   notes = []
+  # Every phase a run or its commands run, Ada-balance, each chunked phase
+  # at the largest chunk that fits (`from_config.command_slots`).
+  phases = [
+    'Every phase by the plan (Ada-balance; GiB per chip; chunked phases at '
+    'the largest chunk of slots that fits):',
+    '',
+    '| model | pod | waves | RL step (peak phase) | histogram + in-run eval '
+    '| evaluate (N=4096) | select_prompts |',
+    '|---|---|---|---|---|---|---|',
+  ]
   for name, row in PAPER_CONFIGS.items():
     cells = []
     for pod_name in pods:
@@ -904,6 +914,7 @@ def preset_tables(pods: Sequence[str], variants: Sequence[str], root: str = '.')
         chosen = from_config.resolve_layout(c, cfg, pod.chips, hbm, 'tpu', refuse=False)
         tensors[variant] = (chosen.mesh[2], chosen.waves, chosen.fits)
         if variant == variants[0]:
+          phases.append(_phase_row(c, cfg, chosen, row, pod_name, pod.chips, hbm))
           peak = chosen.plan.peak / 2**30
           waves = f', {chosen.waves} waves' if chosen.waves > 1 else ''
           if chosen.fits:
@@ -925,7 +936,29 @@ def preset_tables(pods: Sequence[str], variants: Sequence[str], root: str = '.')
   if notes:
     lines.append('')
     lines.append('Other variants where the rule differs: ' + '; '.join(notes) + '.')
-  return '\n'.join(lines)
+  return '\n'.join([*lines, '', *phases])
+
+
+def _phase_row(c, cfg, chosen, row: str, pod: str, devices: int, hbm: float) -> str:
+  """One line of the every-phase table: the step and each chunked phase."""
+  from ada_jax.planner import memory
+
+  cells = [
+    f'{chosen.plan.peak / 2**30:.1f} ({chosen.plan.peak_phase})'
+    if chosen.fits
+    else f'does NOT fit: {chosen.plan.peak / 2**30:.1f}'
+  ]
+  for phase, new in (
+    ('pass_rates', c.sampling.max_new_tokens),
+    ('evaluation', 4096),
+    ('selection', c.sampling.max_new_tokens),
+  ):
+    slots = from_config.command_slots(c, cfg, phase, new, hbm=hbm, devices=devices)
+    shapes = dataclasses.replace(from_config.step_shapes(c, cfg, new), slots=slots)
+    got = memory.plan(cfg, shapes, chosen.mesh).phase_bytes(phase)
+    verdict = '' if got <= hbm else ' does NOT fit'
+    cells.append(f'{got / 2**30:.1f} at {slots} slots{verdict}')
+  return f'| {row.split()[0]} | {pod} | {chosen.waves} | ' + ' | '.join(cells) + ' |'
 
 
 # --check: the config's real programs, compiled on abstract inputs.

@@ -35,6 +35,23 @@ compiles the real programs with the TPU compiler for the pod's topology):
 
 Other variants where the rule differs: 3B dapo on v4-32: tensor 2, 2 wave(s); 3B grpo on v4-32: tensor 1, 2 wave(s); 4B dapo on v4-32: tensor 2, 4 wave(s); 4B grpo on v4-32: tensor 8, 2 wave(s); 7B dapo on v4-32: tensor 4, 1 wave(s); 7B grpo on v4-32: tensor 2, 1 wave(s).
 
+Every phase by the plan (Ada-balance; GiB per chip; chunked phases at the largest chunk of slots that fits):
+
+| model | pod | waves | RL step (peak phase) | histogram + in-run eval | evaluate (N=4096) | select_prompts |
+|---|---|---|---|---|---|---|
+| 1.5B | v4-32 | 1 | 20.3 (sampling) | 26.4 at 4096 slots | 22.5 at 2048 slots | 25.3 at 4096 slots |
+| 1.5B | v5p-64 | 1 | 11.6 (sampling) | 14.6 at 4096 slots | 22.5 at 4096 slots | 14.1 at 4096 slots |
+| 1.5B | v6e-64 | 1 | 7.2 (sampling) | 8.7 at 4096 slots | 12.7 at 4096 slots | 8.5 at 4096 slots |
+| 3B | v4-32 | 4 | 26.8 (sampling) | 19.2 at 512 slots | 25.3 at 512 slots | 28.0 at 1024 slots |
+| 3B | v5p-64 | 1 | 38.9 (sampling) | 51.2 at 4096 slots | 83.3 at 4096 slots | 50.0 at 4096 slots |
+| 3B | v6e-64 | 1 | 22.4 (sampling) | 28.6 at 4096 slots | 25.3 at 2048 slots | 28.0 at 4096 slots |
+| 4B | v4-32 | 4 | 28.6 (sampling) | 18.8 at 512 slots | 26.7 at 512 slots | 16.0 at 512 slots |
+| 4B | v5p-64 | 1 | 49.8 (sampling) | 65.5 at 4096 slots | 57.2 at 2048 slots | 64.1 at 4096 slots |
+| 4B | v6e-64 | 1 | 28.6 (sampling) | 22.3 at 2048 slots | 19.9 at 1024 slots | 21.6 at 2048 slots |
+| 7B | v4-32 | 2 | 26.0 (sampling) | 20.0 at 1024 slots | 23.0 at 1024 slots | 25.7 at 2048 slots |
+| 7B | v5p-64 | 1 | 32.9 (sampling) | 39.0 at 4096 slots | 53.1 at 4096 slots | 36.4 at 4096 slots |
+| 7B | v6e-64 | 1 | 23.7 (reshard) | 26.6 at 4096 slots | 23.9 at 2048 slots | 25.3 at 4096 slots |
+
 [end plan tables]
 
 Why. With block remat, blockwise attention and micro-batches over every row
