@@ -100,10 +100,21 @@ def test_a_gs_run_is_killed_resumed_restarted_evaluated_and_exported(gcs_dir):
     '--k', '2', '--max-new-tokens', '8', '--slots', '8',
     '--out', f'{gcs_dir}/eval', *overrides,
   ]  # fmt: skip
+  # With the launcher's default compile cache, WORKDIR/jax_cache on gs://:
+  # JAX writes its entries there through the same storage clients.
+  cache = f'{workdir}/jax_cache'
   proc = subprocess.run(
-    evaluate, capture_output=True, text=True, env=_env(), timeout=300, check=False
+    evaluate,
+    capture_output=True,
+    text=True,
+    env=dict(_env(), JAX_COMPILATION_CACHE_DIR=cache),
+    timeout=300,
+    check=False,
   )
   assert proc.returncode == 0, proc.stderr[-3000:]
+  storage._filesystem().invalidate_cache()
+  entries = [p.name for p in storage.path(cache).iterdir()]
+  assert any(name.startswith('jit_') for name in entries), entries
   kept_steps = _kept(workdir)
   assert kept_steps and max(kept_steps) == 4
   for step in kept_steps:
