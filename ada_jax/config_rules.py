@@ -249,6 +249,9 @@ def _rules() -> dict[str, Rule]:
       *backends.BACKENDS, why="math_verify needs pip install -e '.[math_verify]'"
     ),
     'checkpoint.every': positive,
+    'checkpoint.every_minutes': Float(
+      0.0, why='minutes between time-based checkpoints; 0 turns them off'
+    ),
     'checkpoint.keep': positive,
     'log.samples_per_step': count,
     'log.tensorboard': BOOL,

@@ -697,7 +697,11 @@ def trainer(
   sft = trainer_lib.SFTSettings(**dict(c.sft))
   tx = update.make_optimizer(weight_decay=rl.weight_decay)
   ckpt = checkpoint_lib.Checkpointer(
-    workdir, keep=c.checkpoint.keep, every_steps=c.checkpoint.every
+    workdir,
+    keep=c.checkpoint.keep,
+    every_steps=c.checkpoint.every,
+    every_minutes=c.checkpoint.get('every_minutes', 0.0),
+    save_on_preemption=_preemption_write(model.config, announce if is_main else None),
   )
   t = trainer_lib.Trainer(
     model=model,
@@ -755,6 +759,28 @@ def trainer(
       ', '.join(f'{p} step {s}' for p, s in t.writer.lost_rows),
     )
   return t
+
+
+def _preemption_write(config: Any, announce: Callable[[str], None] | None) -> bool:
+  """Whether this model's checkpoint write fits the preemption notice, by the plan.
+
+  `planner.checkpoint_time` at its assumed per-host bandwidth over
+  jax.process_count() hosts (the same on every host); the module's
+  constants are read at call time, so a test can change them.
+  """
+  import jax
+
+  from ada_jax.planner import checkpoint_time
+
+  write = checkpoint_time.write_seconds(
+    config,
+    jax.process_count(),
+    checkpoint_time.WRITE_GBPS,
+    checkpoint_time.PREEMPTION_NOTICE_S,
+  )
+  if not write.fits_notice and announce is not None:
+    announce(f'{write.line()}: on SIGTERM the run exits at once without a checkpoint')
+  return write.fits_notice
 
 
 def _load_hf(path: str, tokenizer_dir: str | None, **kw: Any):

@@ -28,8 +28,10 @@ Exit codes (`ada_jax.infra.exit_codes`): 0 finished; 1 failed (e.g. a checkpoint
 could not be written, or `rl.max_nonfinite_steps` steps in a row with every
 update non-finite); 2 bad input found before anything was written; 73 busy
 (another live process holds the workdir); 75
-stopped by SIGTERM/SIGINT (or a TPU preemption) after a checkpoint: rerun
-the same command to resume.
+stopped by SIGTERM/SIGINT (or a TPU preemption) after a checkpoint of the last
+completed step, or, where that write would not fit the preemption notice, at
+once without one (the line names the step it resumes from): rerun the same
+command to resume.
 
 Multi-host: with ADA_DISTRIBUTED=1 (set by launch_tpu.sh) every process calls
 jax.distributed.initialize() (TPU auto-detection); with ADA_COORDINATOR,
@@ -153,6 +155,8 @@ def run(argv: Sequence[str]) -> int:
     if lease is not None:
       lease.release()
   if 'preempted_at' in summary:
+    if summary['preempted_phase'] == 'rl' and not summary.get('preempted_saved', True):
+      return exit_codes.STOPPED  # fit said so at once, naming the resume step.
     where = (
       'during SFT (it has no checkpoints: it reruns when resumed)'
       if summary['preempted_phase'] == 'sft'

@@ -259,7 +259,8 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     _columns_task(c)
 
   c.verifier = ml_collections.ConfigDict(dict(timeout_s=2.0, workers=2, backend='ada'))
-  c.checkpoint = ml_collections.ConfigDict(dict(every=20, keep=2))
+  # every_minutes=0: by steps only (a tiny run takes minutes in all).
+  c.checkpoint = ml_collections.ConfigDict(dict(every=20, every_minutes=0.0, keep=2))
   c.log = ml_collections.ConfigDict(
     dict(samples_per_step=4, wandb_project='', tensorboard=True)
   )

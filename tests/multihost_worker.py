@@ -24,6 +24,7 @@ import os
 import pathlib
 import signal
 import sys
+import time
 import zlib
 from collections.abc import Sequence
 
@@ -141,6 +142,12 @@ def record_run(
     ):
       holder['killed'] = True
       os.kill(os.getpid(), signal.SIGTERM)
+      # JAX's preemption service tells the other process in the background
+      # (through the coordination service), and the hosts then agree on a
+      # poll. A round on a pod takes seconds, here milliseconds: without
+      # these seconds the poll agreed on could come after the step's
+      # update (also correct, but not the stop mid-sampling checked here).
+      time.sleep(3)
     return verify(responses, references, **kw)
 
   from_config.validate(c)

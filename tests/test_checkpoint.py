@@ -1,4 +1,8 @@
-"""Checkpoint round trips on a (2,2,2) mesh, keep-last-K, fallbacks, SIGTERM."""
+"""Checkpoint round trips on a (2,2,2) mesh, keep-last-K, fallbacks, SIGTERM.
+
+And when to save: by steps, by minutes on a fake clock, and on a stop by its
+kind (SIGINT, SIGTERM) and whether the write fits the preemption notice.
+"""
 
 import logging
 import os
@@ -343,3 +347,51 @@ def test_sigterm_sets_flag_and_forces_a_save(small_state, tmp_path):
     finally:
       ckpt.restore_signal_handlers()
   assert [signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)] == before
+
+
+def test_every_minutes_saves_by_a_fake_clock_and_keeps_the_interval(
+  small_state, tmp_path
+):
+  _, params, opt_state = small_state
+  now = [0.0]
+  kept = {}
+  with checkpoint.Checkpointer(
+    tmp_path,
+    keep=1,
+    every_steps=4,
+    every_minutes=1.0,
+    clock=lambda: now[0],
+    async_save=False,
+  ) as ckpt:
+    saved = []
+    for step in range(1, 10):
+      now[0] = 25.0 * step  # 25 s per step: 60 s after 3 steps.
+      if _save(ckpt, step, params, opt_state):
+        saved.append(step)
+      kept[step] = ckpt.steps()
+  # By time at 3 and 7 (75 s after the start, and after the save at 4: each
+  # save restarts the clock); by the interval at 4 and 8.
+  assert saved == [3, 4, 7, 8]
+  # keep=1: the last interval step, and the newest whatever its step.
+  assert kept[3] == [3] and kept[4] == [4]
+  assert kept[7] == [4, 7] and kept[8] == kept[9] == [8]
+
+
+@pytest.mark.parametrize('fits', [True, False])
+def test_a_stop_saves_by_its_kind_and_the_notice(tmp_path, fits):
+  with checkpoint.Checkpointer(
+    tmp_path, every_steps=100, save_on_preemption=fits
+  ) as ckpt:
+    ckpt.install_signal_handlers()
+    try:
+      assert ckpt.poll_stop() is None and not ckpt.should_save(1)
+      # The handlers, called as the signals would call them.
+      ckpt._on_signal(signal.SIGINT, None)
+      assert ckpt.poll_stop() == checkpoint.INTERRUPT and ckpt.saves_on_stop()
+      ckpt._on_signal(signal.SIGTERM, None)
+      assert ckpt.poll_stop() == checkpoint.PREEMPTION
+      assert ckpt.saves_on_stop() == fits
+      # Without the time for a write, even the interval step saves nothing.
+      assert ckpt.should_save(100) == fits and ckpt.stop_requested
+    finally:
+      ckpt.restore_signal_handlers()

@@ -6,10 +6,11 @@ devices each, joined by `jax.distributed` with gloo collectives into one
 runs the same 2 steps on its own 8 fake devices as the reference.
 
 The two-process run is preempted and resumed, so one pair of launches
-checks everything: process 1 gets a SIGTERM while it verifies step 1, JAX's
-preemption service makes both processes reach the same sync point, both save
-step 1 and stop; two fresh processes resume from that checkpoint and run
-step 2. At step 2 host 0's prompts exit in round 1 while host 1's never exit
+checks everything: process 1 gets a SIGTERM while it verifies step 2's first
+round, JAX's preemption service makes both processes reach the same sync
+point (a poll between rounds), both drop step 2's sampling, save step 1 (the
+last completed) and stop; two fresh processes resume from that checkpoint
+and run step 2. At step 2 host 0's prompts exit in round 1 while host 1's never exit
 (tagged references, see the worker), so the hosts' prompts exit in different
 rounds. Each step's rewards, training tokens and round count, and the final
 params, must match the single-process run.
@@ -122,7 +123,7 @@ def two_process(data_dir, reference, tmp_path_factory):
   del reference  # Only its dataset: built before the workers race for it.
   tmp = tmp_path_factory.mktemp('two_process')
   workdir = tmp / 'workdir'
-  first = _launch(tmp, 'preempted', workdir, data_dir, '--kill_at_step=1')
+  first = _launch(tmp, 'preempted', workdir, data_dir, '--kill_at_step=2')
   second = _launch(tmp, 'resumed', workdir, data_dir)
   return first, second, workdir
 
@@ -137,7 +138,8 @@ def _params(record, prefix='param_'):
 def test_preemption_saves_the_same_step_on_every_host(two_process):
   first, _, _ = two_process
   for rec in first:
-    # SIGTERM reached process 1 only, during step 1; both stop after it.
+    # SIGTERM reached process 1 only, during step 2's sampling; both drop
+    # that step and save step 1, the last completed.
     assert int(rec['preempted_at']) == 1
     assert int(rec['steps_done']) == 1
     # checkpoint.every is 100: this checkpoint is the preemption's.

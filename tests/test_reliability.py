@@ -515,6 +515,11 @@ def test_export_refuses_to_write_into_the_run(reference, tmp_path):
       ['--config.model.dtype=float64'],
       r"config model\.dtype='float64': must be one of",
     ),
+    (
+      ['--config.checkpoint.every_minutes=-5'],
+      r'config checkpoint\.every_minutes=-5\.0: must be a float >= 0 \(minutes '
+      r'between time-based checkpoints; 0 turns them off\)$',
+    ),
   ],
   ids=[
     'unknown_key',
@@ -524,6 +529,7 @@ def test_export_refuses_to_write_into_the_run(reference, tmp_path):
     'top_p',
     'levels',
     'dtype',
+    'every_minutes',
   ],
 )
 def test_bad_config_value_one_line_and_nothing_written(

@@ -1,8 +1,10 @@
 """The trainer end to end on the tiny config (issue 7's acceptance tests).
 
 Config errors; a 2-step run on a (2,2,2) mesh of 8 fake CPU devices;
-SIGTERM -> checkpoint -> resume, ending like an uninterrupted run; an
-injected NaN skipping the update; no backend compile after the first RL step
+SIGTERM during a step's sampling or its update -> checkpoint of the last
+completed step -> resume, ending like an uninterrupted run; SIGTERM where the
+write does not fit the preemption notice -> no checkpoint; checkpoints by
+time on a fake clock; an injected NaN skipping the update; no backend compile after the first RL step
 for every rule and schedule. Runs are shrunk with config overrides (fewer
 prompts and slots, 2-3 RL steps, a few eval prompts) and all use the same
 mesh and shapes where they can, so that compiled programs are shared.
@@ -27,6 +29,7 @@ from ada_jax import adaptive, data, from_config, verifier
 from ada_jax import tokenizer as tokenizer_lib
 from ada_jax.infra import compiles
 from ada_jax.infra import metrics as metrics_lib
+from ada_jax.planner import checkpoint_time
 from ada_jax.rl import fit as fit_lib
 from ada_jax.rl import trainer as trainer_lib
 
@@ -296,16 +299,17 @@ def preempted_run(data_dir, tmp_path_factory):
   return first, steps_after_first, resumed
 
 
-def test_sigterm_writes_checkpoint_and_resume_continues(preempted_run):
+def test_sigterm_during_sampling_saves_the_last_completed_step(preempted_run):
   first, steps_after_first, resumed = preempted_run
-  # Stopped at the step boundary after the signal, with a checkpoint there.
-  assert first.summary['preempted_at'] == 2
-  assert first.trainer.step == 2
-  assert 2 in steps_after_first and max(steps_after_first) == 2
-  assert [row['step'] for row in first.rows] == [1, 2]
+  # Step 2's sampling stopped at the next round (or its end), without the
+  # update: step 1, the last completed, saved at once.
+  assert first.summary['preempted_at'] == 1 and first.summary['preempted_saved']
+  assert first.trainer.step == 1 and sorted(first.step_params) == [1]
+  assert steps_after_first == [1]
+  assert [row['step'] for row in first.rows] == [1]
   assert 'after_rl' not in first.summary
-  # Resumed from step 2 and ran step 3 only.
-  assert sorted(resumed.step_params) == [3]
+  # Resumed from step 1 and ran steps 2 and 3.
+  assert sorted(resumed.step_params) == [2, 3]
   assert same_params(resumed.params_before, first.params_after)
   assert [row['step'] for row in resumed.rows] == [1, 2, 3]
   assert resumed.summary['steps'] == 3 and 'preempted_at' not in resumed.summary
@@ -338,6 +342,104 @@ def test_kill_and_resume_equals_uninterrupted(full_run, preempted_run):
   assert not same_params(full_run.params_before, full_run.params_after)
   for part in ('before_rl', 'after_rl'):
     assert json.dumps(full_run.summary[part]) == json.dumps(resumed.summary[part])
+
+
+def _sigterm_in_update(step):
+  """A trainer hook: SIGTERM while step `step`'s update runs (from its batch).
+
+  The save of an earlier step, if any, has finished by then (as it has on a
+  pod, a step later), so the step a run resumes from is exact.
+  """
+
+  def hook(trainer):
+    def batch_hook(at, batch):
+      if at == step:
+        trainer.ckpt.wait()
+        os.kill(os.getpid(), signal.SIGTERM)  # Handled before the update returns.
+      return batch
+
+    trainer.batch_hook = batch_hook
+
+  return hook
+
+
+def test_sigterm_during_update_saves_that_step_and_resumes(
+  data_dir, full_run, tmp_path
+):
+  events = []
+
+  def hook(trainer):
+    _sigterm_in_update(2)(trainer)
+    evaluate, save = trainer.evaluate, trainer.ckpt.save
+    trainer.evaluate = lambda **kw: events.append('evaluate') or evaluate(**kw)
+    trainer.ckpt.save = lambda step, **kw: (
+      events.append(('save', step, kw['force'])) or save(step, **kw)
+    )
+
+  first = run(tiny_config(data_dir), tmp_path, trainer_hook=hook)
+  # The update finished and its step was saved at once: the evaluation due
+  # at step 2 (eval_every=2) skipped, as it could outlast the notice.
+  assert first.summary['preempted_at'] == 2 and first.summary['preempted_saved']
+  assert sorted(first.step_params) == [1, 2] and first.trainer.ckpt.steps() == [2]
+  # (The first evaluation is the one before RL.)
+  assert events == ['evaluate', ('save', 1, False), ('save', 2, True)]
+  assert [row['step'] for row in first.rows] == [1, 2]
+  assert 'eval_accuracy' not in first.rows[1]
+  resumed = run(tiny_config(data_dir), tmp_path)
+  assert sorted(resumed.step_params) == [3]
+  full_rows = [dict(r) for r in full_run.rows]
+  for key in [k for k in full_rows[1] if k.startswith('eval_')]:
+    del full_rows[1][key]
+  assert_same_run(dataclasses.replace(full_run, rows=full_rows), resumed)
+
+
+def test_sigterm_when_the_write_misses_the_notice_exits_without_saving(
+  data_dir, full_run, tmp_path, monkeypatch, capsys
+):
+  # No notice at all: no write fits it (the run reads the plan's figures).
+  monkeypatch.setattr(checkpoint_time, 'PREEMPTION_NOTICE_S', 0.0)
+  c = tiny_config(data_dir)
+  c.checkpoint.every = 1
+  first = run(c, tmp_path, trainer_hook=_sigterm_in_update(2))
+  assert not first.trainer.ckpt.save_on_preemption
+  # Step 2 finished but is not saved: the run stopped at its boundary.
+  assert first.trainer.ckpt.steps() == [1]
+  assert first.summary['preempted_at'] == 2
+  assert not first.summary['preempted_saved'] and first.summary['resumes_from'] == 1
+  assert [row['step'] for row in first.rows] == [1, 2]
+  out = capsys.readouterr().out
+  assert out.splitlines()[-1] == (
+    'preempted: exiting without a checkpoint; the run resumes from step 1'
+  )
+  monkeypatch.undo()
+  resumed = run(c, tmp_path)  # Step 2 again (its row replaced), then 3.
+  assert sorted(resumed.step_params) == [2, 3]
+  assert_same_run(full_run, resumed)
+
+
+def test_checkpoints_by_time_on_a_fake_clock(data_dir, tmp_path):
+  c = tiny_config(data_dir)
+  c.checkpoint.every, c.checkpoint.every_minutes = 100, 1.0
+  decided = {}
+
+  def fake_clock(trainer):
+    # 40 s per RL step: 60 s have passed after step 2 (a save; the clock
+    # restarts), not after steps 1 or 3 (40 s since the last save).
+    trainer.ckpt.clock = lambda: 40.0 * trainer.step
+    save = trainer.ckpt.save
+
+    def recorded(step, **kw):
+      started = save(step, **kw)
+      if not kw.get('force'):
+        decided[step] = started
+      return started
+
+    trainer.ckpt.save = recorded
+
+  r = run(c, tmp_path, trainer_hook=fake_clock)
+  assert decided == {1: False, 2: True, 3: False}
+  assert r.summary['steps'] == 3  # And the end of the run, forced: step 3.
+  assert r.trainer.ckpt.steps() == [3]  # A time-based save is kept while newest.
 
 
 def test_evaluate_counts_boxed_answers(full_run, monkeypatch):

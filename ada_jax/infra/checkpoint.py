@@ -30,16 +30,29 @@ no directory creation, no cleanup of unfinished saves, no quarantine. They
 refuse params that are not finite (`NonFiniteParamsError`, one line): a
 diverged run is not evaluated, exported or warm-started from.
 
+When to save: every `every_steps` steps, and (`every_minutes` > 0) at the
+first step after `every_minutes` have passed since the last save or
+`start_timer()`, by process 0's clock (injectable: `clock`), broadcast so
+every host saves at the same step. The last `keep` checkpoints on the step
+interval are kept, and the newest checkpoint whatever its step (a save by
+time, by preemption or at the end): time-based saves never evict the interval
+checkpoints an evaluation protocol reads (`keep=8` keeps all of 50..400).
+
 Preemption: `install_signal_handlers()` makes SIGTERM/SIGINT set a flag, and
-`should_save(step)`, called by every host at every step, is the sync point:
-it gathers the flags of all hosts (one tiny collective) and asks orbax's
-`reached_preemption(step)` (JAX's preemption sync manager, which under
-`jax.distributed` owns SIGTERM and picks a common step), so every host decides
-to save at the same step and none saves alone.
+`poll_stop()` is the sync point, called by every host at the same places
+(each step boundary, each sampling round): it gathers the flags of all
+hosts (one tiny collective) and asks JAX's preemption sync manager (which
+under `jax.distributed` owns SIGTERM; its sync ids are the polls, counted
+alike on every host), so every host sees the stop at the same poll and none
+saves alone. SIGTERM or JAX's notice is a `PREEMPTION` (the VM stops soon);
+SIGINT alone an `INTERRUPT` (a user, no deadline). `save_on_preemption`
+(the caller's estimate: does a write fit the notice?) says whether a
+preemption still saves: `saves_on_stop()`.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import signal
@@ -60,6 +73,10 @@ from ada_jax.infra import checksum, multihost, run_dir, storage
 PyTree = Any
 _COMMIT_MARKER = 'commit_success.txt'  # orbax's marker, in every finished step dir.
 _FORMAT = 1
+# What `poll_stop` reports: a VM about to stop (SIGTERM, JAX's preemption
+# notice) or a user's Ctrl-C (SIGINT), which has no deadline.
+PREEMPTION = 'preemption'
+INTERRUPT = 'interrupt'
 
 
 class CorruptCheckpointError(RuntimeError):
@@ -226,6 +243,27 @@ def parse_step(text: str) -> int | str:
   return step
 
 
+@dataclasses.dataclass
+class _KeepPolicy:
+  """Orbax preservation: the last `keep` interval steps, and the newest step.
+
+  Interval steps are the multiples of `every` (step 0 included); the others
+  (saves by time, by preemption, at the end of a run) are kept only while
+  they are the newest, so they never push out the interval checkpoints an
+  evaluation protocol reads.
+  """
+
+  keep: int
+  every: int
+
+  def should_preserve(self, checkpoints: Sequence[Any], *, context: Any) -> list[bool]:
+    del context
+    steps = [int(c.step) for c in checkpoints]
+    interval = sorted(s for s in steps if s % self.every == 0)[-self.keep :]
+    newest = max(steps, default=None)
+    return [s == newest or s in interval for s in steps]
+
+
 def set_aside_step(directory: epath.Path, step: int) -> epath.Path | None:
   """Moves `directory/<step>` to `directory/../checkpoints.corrupt/<step>.<time>`.
 
@@ -259,15 +297,16 @@ class Checkpointer:
 
   Usage in the trainer::
 
-    ckpt = Checkpointer(workdir, keep=3, every_steps=50)
+    ckpt = Checkpointer(workdir, keep=3, every_steps=50, every_minutes=30)
     ckpt.install_signal_handlers()
     abs_opt = abstract_opt_state(tx, abs_params)  # abs_params: sharded SDS
     resumed = ckpt.restore_latest(abs_params, abs_opt)  # None: fresh start
     step, params, opt_state, extras = resumed or (0, init_p, init_o, {})
+    ckpt.start_timer()
     while step < num_steps:
       ...; step += 1
       ckpt.save(step, params=params, opt_state=opt_state, extras={...})
-      if ckpt.stop_requested: break      # preempted: saved at this step
+      if ckpt.stop_requested: break      # preempted: saved (if it fits) here
     ckpt.save(step, params=params, opt_state=opt_state, extras={...}, force=True)
     ckpt.close()                         # waits for the writes
   """
@@ -278,6 +317,9 @@ class Checkpointer:
     *,
     keep: int = 3,
     every_steps: int = 100,
+    every_minutes: float = 0.0,
+    save_on_preemption: bool = True,
+    clock: Callable[[], float] = time.monotonic,
     async_save: bool = True,
     read_only: bool = False,
   ):
@@ -285,20 +327,32 @@ class Checkpointer:
 
     Args:
       workdir: run directory, local or gs://.
-      keep: number of most recent checkpoints kept.
+      keep: number of most recent checkpoints on the step interval kept
+        (the newest checkpoint is kept too, whatever its step).
       every_steps: `should_save` says yes when `step % every_steps == 0`.
+      every_minutes: `should_save` also says yes at the first step this many
+        minutes after the last save (or `start_timer`); 0: off.
+      save_on_preemption: whether a checkpoint write fits the preemption
+        notice (the caller's estimate, `planner.checkpoint_time`); False: a
+        preemption stops without saving (`saves_on_stop`).
+      clock: seconds, monotonic, for `every_minutes` (tests pass a fake one).
       async_save: write in a background thread; `save` returns once the
         arrays are copied to host, so the caller may donate them right after.
       read_only: only restore: nothing in the directory is created, cleaned,
         moved or written (another run's checkpoints, maybe still training).
     """
-    if keep < 1 or every_steps < 1:
+    if keep < 1 or every_steps < 1 or every_minutes < 0:
       raise ValueError(
-        f'checkpoint: keep={keep}, every_steps={every_steps} must be >= 1'
+        f'checkpoint: keep={keep}, every_steps={every_steps} must be >= 1 and '
+        f'every_minutes={every_minutes} >= 0'
       )
     # storage.path: gs:// through the filesystem infra.storage configures.
     self.directory = storage.path(workdir) / 'checkpoints'
     self.every_steps = every_steps
+    self.every_minutes = float(every_minutes)
+    self.save_on_preemption = save_on_preemption
+    self.clock = clock
+    self._last_save_s = clock()
     self.read_only = read_only
     # Listed before orbax starts, since it removes them in a background thread.
     self._unfinished = self._list_unfinished()
@@ -311,7 +365,10 @@ class Checkpointer:
         'meta': ocp.JsonCheckpointHandler(),
       },
       options=ocp.CheckpointManagerOptions(
-        max_to_keep=None if read_only else keep,
+        # A reader deletes nothing (LatestN(None): all).
+        preservation_policy=ocp.checkpoint_managers.LatestN(None)
+        if read_only
+        else _KeepPolicy(keep, every_steps),
         create=not read_only,
         # Leftovers of a crash mid-save; a reader must not touch them (they
         # may be a save in progress).
@@ -324,6 +381,11 @@ class Checkpointer:
     self.unusable: list[int] = []  # Steps restore_latest found corrupt.
     self.failed: CheckpointSaveError | None = None
     self._signal_flag = False
+    self._signals: set[int] = set()  # Handled signals received on this host.
+    self._polls = 0  # poll_stop calls: JAX's preemption sync ids.
+    self.stop: str | None = None  # PREEMPTION or INTERRUPT, agreed by all hosts.
+    # The newest step known to be on disk: restored, or a save that committed.
+    self.committed_step: int | None = None
     self._old_handlers: dict[int, Any] = {}
     self._decisions: dict[int, bool] = {}
     self._checksum_fns: dict[Any, Callable] = {}
@@ -350,6 +412,7 @@ class Checkpointer:
     # No I/O here: the handler may interrupt a write in progress.
     if signum == signal.SIGINT and self._signal_flag:
       raise KeyboardInterrupt
+    self._signals.add(signum)
     self._signal_flag = True
 
   @property
@@ -357,9 +420,53 @@ class Checkpointer:
     """Whether a handled signal arrived on this host (not yet a decision)."""
     return self._signal_flag
 
-  def signal_on_any_host(self) -> bool:
-    """Whether any host got a handled signal (a collective: call on all hosts)."""
-    return multihost.any_host(self._signal_flag)
+  def poll_stop(self) -> str | None:
+    """The stop request of any host: None, `PREEMPTION` or `INTERRUPT`.
+
+    A collective: every host calls it at the same points (step boundaries,
+    sampling rounds), so all get the same answer at the same call. Once set
+    it stays (a SIGTERM after a SIGINT makes it a preemption).
+    """
+    self._polls += 1
+    got = multihost.sum_over_hosts(
+      {
+        'term': int(signal.SIGTERM in self._signals),
+        'int': int(signal.SIGINT in self._signals),
+      }
+    )
+    # JAX's notice (it owns SIGTERM under jax.distributed); False without it.
+    notice = self._manager.reached_preemption(self._polls)
+    stop = self.stop
+    if got['term'] or notice:
+      stop = PREEMPTION
+    elif got['int'] and stop is None:
+      stop = INTERRUPT
+    if stop != self.stop:
+      logging.warning('checkpoint: stop requested (%s)', stop)
+      self.stop = stop
+    return stop
+
+  def saves_on_stop(self) -> bool:
+    """Whether the agreed stop saves: an interrupt, or a fitting preemption.
+
+    A preemption saves if the write fits the notice (`save_on_preemption`).
+    """
+    return self.stop == INTERRUPT or (
+      self.stop == PREEMPTION and self.save_on_preemption
+    )
+
+  def start_timer(self) -> None:
+    """Counts `every_minutes` from now (the start of the work it protects)."""
+    self._last_save_s = self.clock()
+
+  def _time_due(self) -> bool:
+    """Whether `every_minutes` have passed since the last save, by process 0."""
+    if self.every_minutes <= 0:  # The config's: the same on every host.
+      return False
+    due = self.clock() - self._last_save_s >= self.every_minutes * 60
+    # Process 0's clock decides: the hosts' clocks and save times differ a
+    # little, and a save that some hosts start alone would hang the others.
+    return bool(multihost.broadcast_from_main(int(due)))
 
   def restore_signal_handlers(self) -> None:
     """Puts back the handlers that `install_signal_handlers` replaced."""
@@ -370,21 +477,29 @@ class Checkpointer:
   def should_save(self, step: int) -> bool:
     """Whether to save at this step; every host must call it at every step.
 
-    The same answer on every host: the interval is arithmetic, the signal
-    flags are gathered over hosts, and orbax's preemption sync point is a
-    global decision. Repeated calls for one step return the first answer.
+    The same answer on every host: the interval is arithmetic, the time is
+    process 0's, and the stop is `poll_stop`'s. A stop saves if
+    `saves_on_stop()`; one that does not (a preemption whose write would not
+    fit the notice) saves nothing, not even on the interval. Repeated calls
+    for one step return the first answer.
     """
     if step in self._decisions:
       return self._decisions[step]
-    preempted = multihost.any_host(
-      self._signal_flag
-    ) or self._manager.reached_preemption(step)
+    stop = self.poll_stop()
     latest = self._manager.latest_step()
     done = latest is not None and latest >= step
-    decision = not done and (preempted or step % self.every_steps == 0)
-    if preempted:
+    if stop is not None:
       self.stop_requested = True
-      logging.warning('checkpoint: preemption; saving at step %d and stopping', step)
+      decision = not done and self.saves_on_stop()
+      logging.warning(
+        'checkpoint: %s at step %d; %s and stopping',
+        stop,
+        step,
+        'saving' if decision else 'not saving',
+      )
+    else:
+      due = step % self.every_steps == 0 or self._time_due()
+      decision = not done and due
     self._decisions = {step: decision}
     return decision
 
@@ -482,6 +597,7 @@ class Checkpointer:
     logging.info('checkpoint: saving step %d to %s', step, self.directory)
     if saved:
       self._pending = step
+      self._last_save_s = self.clock()  # every_minutes counts from here.
     return bool(saved)
 
   def _fail(self, step: int, cause: BaseException | str) -> CheckpointSaveError:
@@ -541,6 +657,22 @@ class Checkpointer:
     committed = (self.directory / str(step) / _COMMIT_MARKER).exists()
     if multihost.any_host(not committed):
       raise self._fail(step, 'the step did not commit (see the log above)')
+    self.committed_step = step
+
+  def check_if_finished(self) -> None:
+    """`check` without waiting: only where no host still writes the save.
+
+    Every host calls it at the same point (the in-flight state is agreed).
+    """
+    if self._pending is None or self.failed is not None:
+      return
+    if not multihost.any_host(self._manager.is_saving_in_progress()):
+      self.check()
+
+  @property
+  def pending_step(self) -> int | None:
+    """The step whose save was started and not yet checked (`check`)."""
+    return self._pending
 
   # Restore.
 
@@ -681,6 +813,7 @@ class Checkpointer:
     if bad:
       return None, f'checksum mismatch in {bad[0]} ({len(bad)} leaves)'
     logging.info('checkpoint: restored step %d from %s', step, self.directory)
+    self.committed_step = step
     return (step, trees['params'], trees.get('opt_state'), extras), ''
 
   def _list_unfinished(self) -> list[tuple[int, epath.Path]]:

@@ -9,7 +9,7 @@ The main job's code tells a wrapper (`ada_jax.sweep --run`,
 | 1 | failed (an error; e.g. a checkpoint that could not be written) | read the log, fix, rerun: it resumes |
 | 2 | bad input found before anything was written (config key or value, file, usage) | fix the command |
 | 73 | busy: another live process holds the run directory's lease (`infra.lease`); nothing written | wait for it to end, or stop it; a dead holder's lease is taken over |
-| 75 | stopped by a signal (SIGTERM, SIGINT, preemption) after saving a checkpoint | rerun the same command: it resumes |
+| 75 | stopped by a signal (SIGTERM, SIGINT, preemption) after saving a checkpoint of the last completed step, or at once without one where that write would not fit the preemption notice | rerun the same command: it resumes (from the step the run's last line names) |
 
 73 is sysexits' EX_CANTCREAT ("a file cannot be created"). 75 is
 sysexits' EX_TEMPFAIL ("a temporary failure; the user is invited to

@@ -2,12 +2,24 @@
 
 `fit(trainer)` drives a `trainer_lib.Trainer` from wherever its checkpoint left
 off to the end of the run, writing DIR/summary.json, the metrics rows, PNG
-plots and a summary table on stdout (process 0). A preemption (SIGTERM) ends
-it at the next step boundary with a checkpoint, recorded in summary.json as
-`preempted_at` (the RL step; 0 during SFT) and `preempted_phase`, and
-rerunning resumes (the main job then exits 75, `exit_codes.STOPPED`). A
-checkpoint that fails to write raises `CheckpointSaveError` at the next step
-at the latest, and always before the summary says the run saved.
+plots and a summary table on stdout (process 0).
+
+A stop request (SIGTERM, JAX's preemption notice, SIGINT; polled by every
+host alike, `Checkpointer.poll_stop`) ends the run at once with the last
+completed step: during a step's sampling (polled before each round and after
+the last) the step is dropped and the one before it is saved; during an
+update, the update finishes and its step is saved (an in-run evaluation due
+there is skipped: it would outlast the notice). A preemption whose
+checkpoint write does not fit the notice (`Checkpointer.save_on_preemption`,
+from `planner.checkpoint_time`) saves nothing and stops at once with one line
+naming the step the run resumes from. Either way summary.json records
+`preempted_at` (the last completed RL step; 0 during SFT), `preempted_phase`,
+`preempted_saved` and `resumes_from`, and rerunning resumes (the main job
+then exits 75, `exit_codes.STOPPED`). Between stops, checkpoints every
+`checkpoint.every` steps and every `checkpoint.every_minutes` (counted from
+the start of the RL loop). A checkpoint that fails to write raises
+`CheckpointSaveError` at the next step at the latest, and always before the
+summary says the run saved.
 
 A dead run fails loudly: `max_nonfinite_steps` steps in a row whose every
 update was non-finite (skipped) raise `DeadRunError` (the main job exits 1)
@@ -131,17 +143,45 @@ def fit(
   watch = CollapseWatch(trainer.config.vocab_size)
   nonfinite = 0
 
-  def stopped(phase: str, step: int) -> dict[str, Any]:
-    summary.update(preempted_at=step, preempted_phase=phase)
+  def stopped(phase: str, step: int, resumes_from: int | None = None) -> dict[str, Any]:
+    summary.update(
+      preempted_at=step,
+      preempted_phase=phase,
+      preempted_saved=resumes_from is None,
+      resumes_from=step if resumes_from is None else resumes_from,
+    )
     writer.flush()
     if is_main:
       summary_path.write_text(json.dumps(summary, indent=2))
     return summary
 
+  def stop_rl(step: int) -> dict[str, Any]:
+    """Saves `step` (the last completed) if the stop allows it, and stops."""
+    ckpt = trainer.ckpt
+    if not ckpt.saves_on_stop():
+      # The write would not finish inside the notice: stop now, and say
+      # from where the rerun starts (a save still in flight may yet land).
+      ckpt.check_if_finished()  # A save done in the background counts.
+      resumes_from = ckpt.committed_step or 0
+      pending = ckpt.pending_step
+      if is_main:
+        print(
+          'preempted: exiting without a checkpoint; the run resumes from step '
+          f'{resumes_from}'
+          + (f' (or {pending}, if its save in flight finishes)' if pending else ''),
+          flush=True,
+        )
+      return stopped('rl', step, resumes_from)
+    if trainer.save(force=True):
+      writer.flush()  # The rows up to the checkpoint reach storage with it.
+    ckpt.check()  # The checkpoint is on disk before we say so.
+    logging.warning('stopping at step %d after its checkpoint (%s)', step, ckpt.stop)
+    return stopped('rl', step)
+
   try:
     trainer.run_sft()
     if not trainer.sft_done:  # Preempted during SFT: nothing to save yet.
-      return stopped('sft', 0)
+      return stopped('sft', 0, resumes_from=0)
     # Process 0's summary decides: every host must run the same evaluations
     # (their sampling is collective), whatever its own disk holds.
     if multihost.broadcast_from_main('before_rl' not in summary):
@@ -159,6 +199,10 @@ def fit(
         )
         print(f'greedy test accuracy before RL: {_accuracy(summary["before_rl"])}')
         print(_by_level(summary['before_rl']))
+    if trainer.ckpt is not None:
+      # every_minutes counts RL time: SFT and the evaluation before RL are
+      # kept by their own save and summary.json.
+      trainer.ckpt.start_timer()
     bar = progress.progress(
       range(trainer.step + 1, rl.steps + 1),
       desc=f'rl/{rl.controller.rule}',
@@ -172,7 +216,11 @@ def fit(
           f'{writer.workdir}: another process took this run over at step {step} '
           '(this one looked dead); stopped without writing more'
         )
-      row = trainer.rl_step()
+      try:
+        row = trainer.rl_step()
+      except trainer_lib.PreemptedError as e:
+        logging.warning('%s: dropped', e)
+        return stop_rl(trainer.step)
       collapse = watch.update(row)
       row['collapse'] = collapse is not None
       if collapse is not None and not watch.warned:
@@ -180,7 +228,10 @@ def fit(
         watch.warned = True
       updates = row.get('updates', 0)
       nonfinite = nonfinite + 1 if updates and row['skipped_updates'] >= updates else 0
-      if rl.eval_every and step % rl.eval_every == 0 and step != rl.steps:
+      # Polled here, before the evaluation: one that arrived during the
+      # update stops the run now, not after an evaluation.
+      stop = trainer.ckpt is not None and trainer.ckpt.poll_stop() is not None
+      if rl.eval_every and step % rl.eval_every == 0 and step != rl.steps and not stop:
         row.update(trainer.evaluate())
       writer.write(step, row, phase='rl')
       if nonfinite >= max_nonfinite_steps:
@@ -199,17 +250,17 @@ def fit(
         rounds=row['rounds'],
         zero_adv=f'{row["zero_adv_frac"]:.2f}',
       )
+      if stop:
+        return stop_rl(step)
       if trainer.save():
         # The rows up to the checkpoint's step reach storage with it: on
         # gs:// they are otherwise rewritten only every remote_flush_s, and
         # a run killed after its checkpoint would resume with a gap.
         writer.flush()
       if trainer.ckpt is not None and trainer.ckpt.stop_requested:
-        trainer.ckpt.check()  # The checkpoint is on disk before we say so.
-        logging.warning('stopping at step %d after the preemption checkpoint', step)
-        return stopped('rl', step)
-    summary.pop('preempted_at', None)
-    summary.pop('preempted_phase', None)
+        return stop_rl(step)  # The stop came after the poll above.
+    for key in ('preempted_at', 'preempted_phase', 'preempted_saved', 'resumes_from'):
+      summary.pop(key, None)
     summary['after_rl'] = {
       **trainer.evaluate(detail=True),
       'pass_rate_histogram': trainer.pass_rate_histogram(),

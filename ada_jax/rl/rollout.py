@@ -227,6 +227,7 @@ def run_step(
   history: dict[str, np.ndarray] | None = None,
   buffer_sharding=None,
   micro_batch_rows: int | None = None,
+  stop: Callable[[], bool] | None = None,
 ) -> StepSamples:
   """Prefill, controller rounds, verification and the training batch of one step.
 
@@ -247,6 +248,8 @@ def run_step(
     micro_batch_rows: m, the update's micro-batch rows: the training batch
       comes as [R/m, m, ...], each micro-batch's rows on the data axes of the
       model's mesh (see `assemble_batch`). None: one micro-batch of all R.
+    stop: asked before each round (a preemption poll, the same on every
+      host); True raises `StoppedError`, leaving the caller's state as it was.
   """
   s, m, n = controller.slots, controller.max_rounds, sampling.max_new_tokens
   b = prompt_tokens.shape[0]
@@ -260,6 +263,8 @@ def run_step(
 
   def draw(slot_prompt: np.ndarray) -> np.ndarray:
     r = len(rounds)
+    if stop is not None and stop():
+      raise StoppedError(f'stopped before sampling round {r}')
     rollout = sampler.sample_round(
       model,
       cache,

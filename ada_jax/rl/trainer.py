@@ -8,8 +8,12 @@ the sampler and the scorer (rollout.py), assembles the fixed-shape batch,
 recomputes old log-probs with the training forward and takes the clipped
 surrogate updates (`update`); the batch is micro-batched [C, m, ...] from its
 assembly on, so both passes run each micro-batch over all row shards.
-Checkpoints at fixed intervals and on preemption; a restarted run resumes
-from the latest complete checkpoint.
+Checkpoints at fixed intervals (steps and minutes) and on preemption; a
+restarted run resumes from the latest complete checkpoint. A stop request
+(`Checkpointer.poll_stop`) is polled before each sampling round and after
+the sampling: the step is then dropped (`PreemptedError`) and the trainer
+is left at the last completed step, whose state sampling never modifies, so
+that step can be saved at once.
 
 Dimension legend: B prompts per step, P prompt bucket, N new tokens,
 S slots, R training rows, C micro-batches of m rows (R = C * m).
@@ -104,6 +108,14 @@ class RLSettings:
     )
 
   samples_to_log: int = 4
+
+
+class PreemptedError(Exception):
+  """A stop request arrived during a step's sampling; the step was dropped.
+
+  The trainer is back at the last completed step (`Trainer.step`, the data
+  order with it); its params and optimizer state are that step's.
+  """
 
 
 class Trainer:
@@ -334,7 +346,7 @@ class Trainer:
       if step % 25 == 0 or step == self.sft.steps:
         # SFT has no checkpoints of its own (minutes long): a preempted SFT
         # stops here and reruns from its start when the run resumes.
-        if self.ckpt is not None and self.ckpt.signal_on_any_host():
+        if self.stop_requested():
           logging.warning(
             'preempted during SFT at step %d; it restarts on resume', step
           )
@@ -425,27 +437,47 @@ class Trainer:
 
   # RL.
 
+  def stop_requested(self) -> bool:
+    """Whether any host was asked to stop (a collective: all hosts call it)."""
+    return self.ckpt is not None and self.ckpt.poll_stop() is not None
+
   def rl_step(self) -> dict[str, Any]:
-    """One step: sample (rounds), update, return the metrics row."""
+    """One step: sample (rounds), update, return the metrics row.
+
+    Raises:
+      PreemptedError: a stop request came before a sampling round or right
+        after the sampling; the trainer is left at the last completed step.
+    """
     t0 = time.perf_counter()
+    before = self.step, self.iterator.state()
     self.step += 1
     examples = next(self.iterator)
     tokens, mask = self.prompt_arrays(examples)
     rng = jax.random.fold_in(self.rng, self.step)
     sample_model = self.sampling_model()
-    out = rollout.run_step(
-      sample_model,
-      self.scorer,
-      tokens,
-      mask,
-      [e.reference for e in examples],
-      controller=self.rl.controller,
-      sampling=self.rl.sampling,
-      rng=rng,
-      prompt_keys=[e.prompt_key for e in examples],
-      history=self.history,
-      micro_batch_rows=self.rl.update.micro_batch_rows,
-    )
+    try:
+      out = rollout.run_step(
+        sample_model,
+        self.scorer,
+        tokens,
+        mask,
+        [e.reference for e in examples],
+        controller=self.rl.controller,
+        sampling=self.rl.sampling,
+        rng=rng,
+        prompt_keys=[e.prompt_key for e in examples],
+        history=self.history,
+        micro_batch_rows=self.rl.update.micro_batch_rows,
+        stop=self.stop_requested,
+      )
+      if self.stop_requested():  # During the last round: skip the update too.
+        raise rollout.StoppedError('stopped after sampling')
+    except rollout.StoppedError as e:
+      # Sampling modifies nothing of the trainer's: rewinding the step and
+      # the data order leaves it at the last completed step.
+      self.step = before[0]
+      self.iterator.restore(before[1])
+      raise PreemptedError(f'step {before[0] + 1}: {e}') from None
     self.history = out.groups.history
     del sample_model  # Free the sampling copy of the weights before the update.
     batch = out.batch
