@@ -223,7 +223,8 @@ def pod_memory(c: Any) -> tuple[str | None, float | None]:
     return gen, chips.CHIPS[gen].hbm_gib * 2**30
   import jax
 
-  stats = jax.devices()[0].memory_stats() or {}
+  # This host's device: jax.devices()[0] is another host's on all but process 0.
+  stats = jax.local_devices()[0].memory_stats() or {}
   limit = stats.get('bytes_limit')
   return None, float(limit) if limit else None
 
