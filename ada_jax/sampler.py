@@ -795,7 +795,7 @@ def sample_round(
   slot_prompt = _as(slot_prompt, np.int32)
   s = slot_prompt.shape[0]
   waves = int(waves)
-  if waves < 1 or s % waves or (s // waves) % max(int(group), 1):
+  if waves < 1 or s % waves or (waves > 1 and (s // waves) % max(int(group), 1)):
     raise ValueError(
       f'waves={waves}: {s} slots do not split into {waves} waves of whole '
       f'groups of {group}'
