@@ -25,7 +25,8 @@ gathered, global values, identical on every host.
   every process's: each contributes an exit code (0: fine) and all take the
   first nonzero one, so every process exits with the same code and none is
   left waiting in a collective for a process that already left.
-- `init_distributed`: joins `jax.distributed` as the environment says.
+- `init_distributed`: joins `jax.distributed` as the environment says
+  (`distributed_init_kwargs`: which way, auto-detected or explicit).
 
 With one process every helper is a plain local operation (no collective, no
 compile), so single-process runs are unchanged.
@@ -245,35 +246,108 @@ def main_first(name: str) -> Iterator[None]:
   agree_code(0)
 
 
+# The explicit path's variables, all three or none.
+_EXPLICIT_VARS = ('ADA_COORDINATOR', 'ADA_NUM_PROCESSES', 'ADA_PROCESS_ID')
+
+
+def _env_int(env: Mapping[str, str], name: str, low: int, high: int | None) -> int:
+  """`env[name]` as an integer in [low, high) (no upper bound: None), else one line."""
+  text = env[name]
+  want = f'an integer >= {low}' if high is None else f'an integer in [{low}, {high})'
+  try:
+    value = int(text)
+  except ValueError:
+    raise ValueError(f'{name}={text!r}: expected {want}') from None
+  if value < low or (high is not None and value >= high):
+    raise ValueError(f'{name}={text!r}: expected {want}')
+  return value
+
+
+def distributed_init_kwargs(
+  env: Mapping[str, str] | None = None,
+) -> dict[str, Any] | None:
+  """How this process joins `jax.distributed`, read from the environment.
+
+  An empty variable counts as unset. The explicit variables win over
+  ADA_DISTRIBUTED=1 when both are set: they name one cluster exactly, while
+  ADA_DISTRIBUTED=1 may be exported job-wide (a batch script's header) and
+  auto-detection would then ignore the addresses the launcher chose.
+
+  Args:
+    env: the environment (default: `os.environ`).
+
+  Returns:
+    None: a single process, no `jax.distributed` (no variable set, or
+    ADA_DISTRIBUTED=0). `{}`: `jax.distributed.initialize()` without
+    arguments, which detects the cluster (TPU pods, SLURM, Open MPI):
+    ADA_DISTRIBUTED=1. `{'coordinator_address', 'num_processes',
+    'process_id'}`: explicit, from ADA_COORDINATOR (process 0's HOST:PORT),
+    ADA_NUM_PROCESSES and ADA_PROCESS_ID.
+
+  Raises:
+    ValueError: one line naming the variable: only some of the explicit
+      three set, a value that is not HOST:PORT or not an integer in range,
+      or ADA_DISTRIBUTED other than 0 or 1.
+  """
+  env = os.environ if env is None else env
+  given = [k for k in _EXPLICIT_VARS if env.get(k)]
+  if given:
+    missing = [k for k in _EXPLICIT_VARS if k not in given]
+    if missing:
+      raise ValueError(
+        f'{", ".join(given)} set but {", ".join(missing)} not: the explicit '
+        'jax.distributed path needs all three (or none, for ADA_DISTRIBUTED=1)'
+      )
+    coordinator = env['ADA_COORDINATOR']
+    host, _, port = coordinator.rpartition(':')
+    # jax.distributed binds the coordinator on the port after the last ':'.
+    if not host or not (port.isascii() and port.isdigit()) or not 0 < int(port) < 65536:
+      raise ValueError(
+        f"ADA_COORDINATOR={coordinator!r}: expected HOST:PORT, process 0's "
+        'address and a free port (e.g. node0:12345)'
+      )
+    num_processes = _env_int(env, 'ADA_NUM_PROCESSES', 1, None)
+    return {
+      'coordinator_address': coordinator,
+      'num_processes': num_processes,
+      'process_id': _env_int(env, 'ADA_PROCESS_ID', 0, num_processes),
+    }
+  flag = env.get('ADA_DISTRIBUTED', '')
+  if flag not in ('', '0', '1'):
+    raise ValueError(
+      f'ADA_DISTRIBUTED={flag!r}: expected 1 (jax.distributed.initialize() '
+      'with cluster auto-detection) or 0'
+    )
+  return {} if flag == '1' else None
+
+
 def init_distributed() -> None:
   """jax.distributed from the environment; a no-op without these variables.
 
-  ADA_DISTRIBUTED=1 (set by launch_tpu.sh): `jax.distributed.initialize()`
-  with TPU auto-detection. ADA_COORDINATOR, ADA_NUM_PROCESSES and
-  ADA_PROCESS_ID: explicit initialization (the two-process CPU tests, over
-  gloo).
+  Which way is `distributed_init_kwargs`'s: ADA_DISTRIBUTED=1 (set by
+  launch_tpu.sh; also SLURM and Open MPI GPU clusters):
+  `jax.distributed.initialize()` with auto-detection. ADA_COORDINATOR,
+  ADA_NUM_PROCESSES and ADA_PROCESS_ID: explicit initialization (plain ssh
+  launches; the two-process CPU tests, over gloo); they win over
+  ADA_DISTRIBUTED=1.
+
+  Raises:
+    ValueError: a bad or half-set variable (one line naming it), before
+      anything joins.
   """
-  if os.environ.get('ADA_COORDINATOR'):
-    missing = [
-      k for k in ('ADA_NUM_PROCESSES', 'ADA_PROCESS_ID') if not os.environ.get(k)
-    ]
-    if missing:
-      raise ValueError(f'ADA_COORDINATOR is set but {missing} are not')
+  kwargs = distributed_init_kwargs()
+  if kwargs is None:
+    return
+  if kwargs:
+    if os.environ.get('ADA_DISTRIBUTED') == '1':
+      logging.info('ADA_DISTRIBUTED=1 and ADA_COORDINATOR: the explicit path wins')
     if (
       jax.config.jax_platforms in (None, '', 'cpu')
       or os.environ.get('JAX_PLATFORMS') == 'cpu'
     ):
       # CPU cross-process collectives (the two-process tests).
       jax.config.update('jax_cpu_collectives_implementation', 'gloo')
-    jax.distributed.initialize(
-      os.environ['ADA_COORDINATOR'],
-      num_processes=int(os.environ['ADA_NUM_PROCESSES']),
-      process_id=int(os.environ['ADA_PROCESS_ID']),
-    )
-  elif os.environ.get('ADA_DISTRIBUTED') == '1':
-    jax.distributed.initialize()
-  else:
-    return
+  jax.distributed.initialize(**kwargs)
   logging.info(
     'jax.distributed: process %d of %d, %d local of %d devices',
     jax.process_index(),
