@@ -158,6 +158,7 @@ def _rules() -> dict[str, Rule]:
       'that fits (planner/layout.py)',
     ),
     'pod': Rule(str, why='a TPU slice (e.g. v5p-64) or empty', check=_pod_problem),
+    'gpu': Rule(str, why='GPUs as NxCHIP (e.g. 8xh100) or empty', check=_gpu_problem),
     'model.max_position_embeddings': Int(0, why="0 keeps the checkpoint's"),
     'model.hf_path': STR,
     'model.tokenizer_path': STR,
@@ -277,7 +278,7 @@ def _dataset_check(name: str) -> str | None:
 # controller, the optimizer and schedule, lengths, sampling, SFT, the
 # reward, the seed): a rerun of a run directory may not change them.
 # Everything else (paths, logging, checkpoint and evaluation cadence, mesh,
-# micro-batch, pod preset, attention implementation, remat, verifier workers and
+# micro-batch, pod/gpu preset, attention implementation, remat, verifier workers and
 # timeouts, stop guards) may change between the runs of one directory;
 # each change is recorded in config_history.jsonl with its step. The model
 # itself is compared by content (`from_config.identity`: a fingerprint of
@@ -285,7 +286,7 @@ def _dataset_check(name: str) -> str | None:
 COMPUTATION = 'computation'
 EXECUTION = 'execution'
 _EXECUTION_KEYS = frozenset({
-  'mesh.data', 'mesh.fsdp', 'mesh.tensor', 'pod',
+  'mesh.data', 'mesh.fsdp', 'mesh.tensor', 'pod', 'gpu',
   'model.hf_path', 'model.tokenizer_path', 'model.init_from', 'model.hub_id',
   'model.attention', 'model.remat',
   'data.data_dir', 'data.manual_dir',
@@ -390,6 +391,18 @@ def _pod_problem(value: str) -> str | None:
 
   try:
     tpu_pods.pod(value)
+  except ValueError as e:
+    return str(e)
+  return None
+
+
+def _gpu_problem(value: str) -> str | None:
+  if not value:
+    return None
+  from ada_jax.infra import gpu_hosts
+
+  try:
+    gpu_hosts.hosts(value)
   except ValueError as e:
     return str(e)
   return None

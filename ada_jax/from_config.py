@@ -209,18 +209,77 @@ def step_shapes(c: Any, cfg: Any = None, eval_new_tokens: int = 4096) -> Any:
   )
 
 
-def pod_memory(c: Any) -> tuple[str | None, float | None]:
-  """(chip generation, HBM bytes per device) the layout rule plans for.
+@dataclasses.dataclass(frozen=True)
+class Preset:
+  """The chips a config's `tpu=` (`pod` key) or `gpu=` (`gpu` key) preset names.
 
-  The `pod` key's chip when set, else the attached devices' own limit
-  (`memory_stats`), else none (a CPU host: nothing is refused).
+  Attributes:
+    name: as the config holds it: 'v5p-64' or '8xh100'.
+    key: the config key holding it: 'pod' or 'gpu'.
+    chip: its `planner.chips` key ('v5p', 'h100').
+    devices: JAX devices (TPU chips, GPUs).
+    devices_per_host: what one host holds (each host writes its share of a
+      checkpoint).
   """
-  if c.get('pod', ''):
-    from ada_jax.infra import tpu_pods
+
+  name: str
+  key: str
+  chip: str
+  devices: int
+  devices_per_host: int
+
+  @property
+  def platform(self) -> str:
+    """The chip's platform ('tpu', 'gpu'): the target the plan assumes."""
     from ada_jax.planner import chips
 
-    gen = tpu_pods.pod(c.pod).generation
-    return gen, chips.CHIPS[gen].hbm_gib * 2**30
+    return chips.CHIPS[self.chip].platform
+
+
+def preset(c: Any) -> Preset | None:
+  """The config's `tpu=` or `gpu=` preset, None without one.
+
+  Raises:
+    ConfigError: both `pod` and `gpu` are set (naming both keys), or one
+      does not name a known slice or GPU preset.
+  """
+  pod, gpu = c.get('pod', ''), c.get('gpu', '')
+  if pod and gpu:
+    raise ConfigError(
+      f'config pod={pod!r} and gpu={gpu!r}: a config plans for a TPU slice (tpu=) '
+      'or for GPUs (gpu=), not both'
+    )
+  try:
+    if pod:
+      from ada_jax.infra import tpu_pods
+
+      p = tpu_pods.pod(pod)
+      return Preset(pod, 'pod', p.generation, p.chips, p.chips_per_host_count)
+    if gpu:
+      from ada_jax.infra import gpu_hosts
+
+      g = gpu_hosts.hosts(gpu)
+      return Preset(g.name, 'gpu', g.chip, g.gpus, g.gpus_per_host)
+  except ValueError as e:
+    raise ConfigError(f'config {"pod" if pod else "gpu"}: {e}') from None
+  return None
+
+
+def pod_memory(c: Any) -> tuple[str | None, float | None]:
+  """(chip, memory bytes per device) the layout rule plans for.
+
+  The preset's chip when the config has one (`preset`): a TPU's whole HBM,
+  a GPU's allocatable share (`planner.chips.allocatable_gib`: HBM x
+  XLA_PYTHON_CLIENT_MEM_FRACTION or its default, read from this process's
+  environment, which is the one the run's JAX allocates with), else the
+  attached devices' own limit (`memory_stats`, which on GPU already is
+  that share), else none (a CPU host: nothing is refused).
+  """
+  p = preset(c)
+  if p is not None:
+    from ada_jax.planner import chips
+
+    return p.chip, chips.allocatable_gib(chips.CHIPS[p.chip]) * 2**30
   import jax
 
   # This host's device: jax.devices()[0] is another host's on all but process 0.
@@ -242,8 +301,8 @@ def resolve_layout(
   In place. The rule is the planner's (`planner.layout.choose`): the
   smallest tensor axis dividing the KV heads whose plan fits, one row per
   batch shard per micro-batch, one slot wave where that fits (else the
-  fewest of 2, 4, 8). Devices: the `pod` key's chips, else this machine's; memory:
-  `pod_memory`. Returns the planner's Layout (None when nothing was left
+  fewest of 2, 4, 8). Devices: the preset's (`tpu=` / `gpu=`), else this
+  machine's; memory: `pod_memory`; platform: the preset chip's. Returns the planner's Layout (None when nothing was left
   to the rule). refuse=False (the plan command) takes the last layout
   tried when none fits, so the plan can print why.
 
@@ -253,12 +312,13 @@ def resolve_layout(
   waves = int(c.sampling.get('waves', 0))
   if c.mesh.tensor != 0 and c.rl.micro_batch_rows != 0 and waves != 0:
     return None
-  from ada_jax.infra import platforms, tpu_pods
+  from ada_jax.infra import platforms
   from ada_jax.planner import layout as layout_lib
 
+  target = preset(c)
   if devices is None:
-    if c.get('pod', ''):
-      devices = tpu_pods.pod(c.pod).chips
+    if target is not None:
+      devices = target.devices
     else:
       import jax
 
@@ -267,7 +327,7 @@ def resolve_layout(
     _, hbm_bytes = pod_memory(c)
   cfg = cfg if cfg is not None else model_config(c)
   if not platform:
-    platform = 'tpu' if c.get('pod', '') else ''
+    platform = target.platform if target is not None else ''
   chosen = layout_lib.choose(
     cfg,
     step_shapes(c, cfg),
@@ -280,7 +340,7 @@ def resolve_layout(
     backend=platforms.name(platform),
   )
   if refuse and not chosen.fits:
-    where = f'{c.pod} ' if c.get('pod', '') else ''
+    where = f'{target.name} ' if target is not None else ''
     key = 'mesh.tensor=0' if c.mesh.tensor == 0 else 'sampling.waves=0'
     axes = (
       f'at any tensor axis dividing the {cfg.num_kv_heads} KV heads (tried '
@@ -324,9 +384,9 @@ def command_slots(
   tokens), so the run's slot count does not fit every pod. Fewer slots
   only mean more chunks; the samples are the same. Without a known memory
   (a CPU host) `rl.slots` as it is. `hbm` (bytes) and `devices` default to
-  the config's pod (`pod_memory`), else this machine.
+  the config's preset (`pod_memory`), else this machine.
   """
-  from ada_jax.infra import platforms, tpu_pods
+  from ada_jax.infra import platforms
   from ada_jax.planner import memory as memory_plan
 
   slots = int(c.rl.slots)
@@ -334,9 +394,10 @@ def command_slots(
     _, hbm = pod_memory(c)
   if hbm is None:
     return slots
-  platform = 'tpu' if c.get('pod', '') else ''
-  if devices is None and c.get('pod', ''):
-    devices = tpu_pods.pod(c.pod).chips
+  target = preset(c)
+  platform = target.platform if target is not None else ''
+  if devices is None and target is not None:
+    devices = target.devices
   elif devices is None:
     import jax
 

@@ -35,9 +35,13 @@ Needs no TPU and no weights: model dims come from `model.hf_path`'s
 config.json when set, else from the built-in table of the four paper models
 (planner.models.PAPER_MODELS, by config file name), else (tiny template) from
 `model.tiny`. Devices and chip come from the `tpu=` preset of the config arg
-(v4-32: 16 chips of 32 GiB, v5p-64: 32 of 95 GiB, v6e-64: 64 of 32 GiB);
-`--devices` and `--hbm-gib` override them. The computation lives in
-`ada_jax/planner/`.
+(v4-32: 16 chips of 32 GiB, v5p-64: 32 of 95 GiB, v6e-64: 64 of 32 GiB)
+or its `gpu=` preset (8xh100: the paper's 8 H100s, planned for the GPU
+platform against what JAX may allocate on each, HBM x
+XLA_PYTHON_CLIENT_MEM_FRACTION or its default 0.75: 59.7 of 79.6 GiB,
+printed on a `memory:` line; there the paper's step times are like for
+like, and the line says so); `--devices` and `--hbm-gib` override them.
+The computation lives in `ada_jax/planner/`.
 
 Dimension legend: B prompts, P prompt bucket, N new tokens, S slots,
 M rounds, R training rows, V vocab.
@@ -127,22 +131,63 @@ _PHASE_ORDER = (
 
 
 def _target(c, devices: int | None, hbm_gib: float | None):
-  """(chip kind or None, devices, HBM GiB) from the config's pod and overrides."""
-  from ada_jax.infra import tpu_pods
+  """(chip kind or None, devices, memory GiB per device) from the preset and overrides.
+
+  The memory is what a program may use (`planner.chips.allocatable_gib`): a
+  TPU's HBM, a GPU's share that JAX allocates (HBM x
+  XLA_PYTHON_CLIENT_MEM_FRACTION or its default); `--hbm-gib` overrides it.
+  """
   from ada_jax.planner import chips
 
   chip = None
-  if c.get('pod', ''):
-    pod = tpu_pods.pod(c.pod)
-    chip = pod.generation
-    devices = devices or pod.chips
+  target = from_config.preset(c)
+  if target is not None:
+    chip = target.chip
+    devices = devices or target.devices
   if devices is None:
-    raise ValueError('no tpu= preset in the config arg: pass --devices')
+    raise ValueError('no tpu= or gpu= preset in the config arg: pass --devices')
   if hbm_gib is None:
-    if chip not in chips.CHIP_HBM_GIB:
+    if chip not in chips.CHIPS:
       raise ValueError(f'no HBM size known for chip {chip!r}: pass --hbm-gib')
-    hbm_gib = chips.CHIP_HBM_GIB[chip]
+    hbm_gib = chips.allocatable_gib(chips.CHIPS[chip])
   return chip, devices, hbm_gib
+
+
+def _gib_figure(gib: float) -> str:
+  """'95', '32', '8.5' as before; '59.7' for a GPU's fractional share."""
+  return f'{gib:g}' if round(gib, 1) == gib else f'{gib:.1f}'
+
+
+def budget_line(chip: str | None, hbm_gib: float, environ: dict | None = None) -> str:
+  """What the plan's per-device memory is, for a GPU chip; '' for a TPU or none.
+
+  A GPU's budget is the share JAX preallocates, not its HBM: the line says
+  which fraction that is and where it comes from, so a reader knows both
+  the figure and the knob. `--hbm-gib` (a figure other than the share) is
+  said as such.
+  """
+  from ada_jax.planner import chips
+
+  if chip not in chips.CHIPS or chips.CHIPS[chip].platform != 'gpu':
+    return ''
+  gpu = chips.CHIPS[chip]
+  env = os.environ if environ is None else environ
+  fraction = chips.gpu_mem_fraction(env)
+  if abs(hbm_gib - chips.allocatable_gib(gpu, env)) > 1e-9:
+    return (
+      f'memory: {_gib_figure(hbm_gib)} GiB per GPU as --hbm-gib says (of '
+      f'{gpu.hbm_gib:.1f} GiB HBM; JAX allocates '
+      f'{chips.GPU_MEM_FRACTION_ENV}={fraction:g} of it)'
+    )
+  source = (
+    'from the environment'
+    if env.get(chips.GPU_MEM_FRACTION_ENV)
+    else 'the default; raise it to give JAX more'
+  )
+  return (
+    f'memory: {hbm_gib:.1f} GiB allocatable of {gpu.hbm_gib:.1f} GiB per GPU '
+    f'({chips.GPU_MEM_FRACTION_ENV}={fraction:g}, {source})'
+  )
 
 
 def _seconds(seconds: float) -> str:
@@ -166,8 +211,17 @@ def _paper_model(c) -> str:
   return c.model.get('hub_id', '')
 
 
-def paper_step_line(c) -> str:
-  """The paper's measured step times of the config's own model, or that it has none."""
+def paper_step_line(
+  c, chip: str | None = None, devices: int = 0, step_seconds: float | None = None
+) -> str:
+  """The paper's measured step times of the config's own model, or that it has none.
+
+  On the paper's own hardware (`step_time.PaperSteps.chip` x `devices`:
+  8xH100) the line says it is a like-for-like comparison and, with
+  `step_seconds` (the roofline's step), how the bound compares with the
+  paper's time of this config's rule. Elsewhere (TPU, 8xH200) the times are
+  the paper's 8xH100 times, beside a roofline of other hardware.
+  """
   from ada_jax.planner import step_time
 
   model = _paper_model(c)
@@ -179,10 +233,22 @@ def paper_step_line(c) -> str:
       f'{timed} only)'
     )
   times = ', '.join(f'{k} {v:g} s' for k, v in paper.seconds.items())
-  return (
+  line = (
     f'paper step times of {model.rsplit("/", 1)[-1]} ({paper.source}; this '
     f'config: {c.rl.rule}): {times}'
   )
+  if not paper.same_hardware(chip, devices):
+    return line
+  line += f'; like for like: the same hardware as this plan ({devices}x{chip})'
+  measured = paper.seconds.get(c.rl.rule)
+  if step_seconds is not None and measured:
+    # The bound over the measured time: how much of the measured step the
+    # chip's peaks alone explain.
+    line += (
+      f', the roofline step of {step_seconds:.1f} s is '
+      f'{step_seconds / measured:.2f}x the measured {c.rl.rule} step'
+    )
+  return line
 
 
 def time_lines(
@@ -205,22 +271,21 @@ def time_lines(
 
   import jax.numpy as jnp
 
-  from ada_jax.infra import tpu_pods
   from ada_jax.planner import checkpoint_time, chips, run_time, step_time
 
   if write_gbps is None:
     write_gbps = checkpoint_time.WRITE_GBPS
   # Each host writes its share of a checkpoint (a CPU host: all of it); the
-  # pod's hosts, or as many of its hosts as --devices chips fill.
+  # preset's hosts, or as many of its hosts as --devices chips fill.
   hosts = 1
-  if c.get('pod', ''):
-    pod = tpu_pods.pod(c.pod)
-    hosts = max(1, math.prod(mesh) // pod.chips_per_host_count)
+  target = from_config.preset(c)
+  if target is not None:
+    hosts = max(1, math.prod(mesh) // target.devices_per_host)
   write = checkpoint_time.write_seconds(cfg, hosts, write_gbps)
   checkpoint = f'{write.line()}; --write-gbps sets the bandwidth'
   if chip not in chips.CHIPS:
     return [
-      'step and run time: no chip peaks known (no tpu= preset): not estimated',
+      'step and run time: no chip peaks known (no tpu= or gpu= preset): not estimated',
       paper_step_line(c),
       checkpoint,
     ]
@@ -259,7 +324,7 @@ def time_lines(
     )
   step = step_time.total_seconds(phases)
   lines.append(f'  {"step":<16} {step:8.1f} s')
-  lines.append(paper_step_line(c))
+  lines.append(paper_step_line(c, chip, math.prod(mesh), step))
   lines.append(checkpoint)
   rl = c.rl
   # The trainer evaluates its eval split's first rl.eval_max_prompts (0: all
@@ -318,9 +383,10 @@ def time_lines(
     left_out.append(f'SFT ({c.sft.steps} steps)')
   lines.append(f'  not counted: {"; ".join(left_out)}')
   hours = f'{run.chip_hours:.1f}' if run.chip_hours >= 0.1 else f'{run.chip_hours:.2g}'
+  unit = 'GPU' if chips.CHIPS[chip].platform == 'gpu' else 'chip'
   lines.append(
     f'estimated run time (lower bound): at least {_duration(run.total_seconds)} '
-    f'on {run.chips} {chip} chips = at least {hours} chip-hours'
+    f'on {run.chips} {chip} {unit}s = at least {hours} {unit}-hours'
   )
   return lines
 
@@ -344,12 +410,16 @@ def report(
   import jax.numpy as jnp
 
   from ada_jax.infra import platforms
+  from ada_jax.planner import chips
   from ada_jax.planner import memory as memory_plan
 
   name, _ = _config_arg(spec)
   chip, devices, hbm_gib = _target(c, devices, hbm_gib)
   cfg = model_config(c, name) if cfg is None else cfg
-  backend = platforms.name(cfg.platform) if cfg.platform else 'tpu' if chip else 'cpu'
+  if cfg.platform:
+    backend = platforms.name(cfg.platform)
+  else:  # The preset chip's platform (tpu=: TPU, gpu=: GPU).
+    backend = chips.CHIPS[chip].platform if chip in chips.CHIPS else 'cpu'
   from_config.resolve_layout(c, cfg, devices, hbm_gib * 2**30, backend, refuse=False)
   shapes = step_shapes(c, cfg, eval_new_tokens)
   mesh = memory_plan.resolve_mesh(dict(c.mesh), devices)
@@ -357,8 +427,9 @@ def report(
   n_params = memory_plan.count_params(cfg)
   t = shapes.prompt_len + shapes.new_tokens
   lines = [
-    f'plan: {spec}  {devices} devices x {hbm_gib:g} GiB, mesh (data, fsdp, '
-    f'tensor) = {mesh}',
+    f'plan: {spec}  {devices} devices x {_gib_figure(hbm_gib)} GiB, mesh (data, '
+    f'fsdp, tensor) = {mesh}',
+    *filter(None, [budget_line(chip, hbm_gib)]),
     f'model: {cfg.model_type} L={cfg.num_layers} D={cfg.hidden_size} '
     f'H={cfg.num_heads} G={cfg.num_kv_heads} K={cfg.head_dim} '
     f'F={cfg.intermediate_size} V={cfg.vocab_size} tied={cfg.tie_embeddings} '
@@ -385,7 +456,7 @@ def report(
     mark = '  <- peak' if phase == p.peak_phase else ''
     lines.append(f'total during {phase:<10}{"":<34}{_gib(total)} {_mib(total)}{mark}')
   hbm = hbm_gib * 2**30
-  totals = {'pass_rates': p.phase_bytes('pass_rates')}
+  totals, chunks = {}, {}
   for phase, command in (
     (
       'pass_rates',
@@ -394,19 +465,19 @@ def report(
     ('evaluation', f'python -m ada_jax.evaluate (N={shapes.eval_new_tokens})'),
     ('selection', 'python -m ada_jax.select_prompts'),
   ):
-    at = ''
-    if phase != 'pass_rates':
-      # The commands' default chunk: rl.slots halved until their phase fits.
-      new = shapes.eval_new_tokens if phase == 'evaluation' else shapes.new_tokens
-      slots = from_config.command_slots(c, cfg, phase, new, hbm=hbm, devices=devices)
-      sized = dataclasses.replace(shapes, slots=slots)
-      totals[phase] = memory_plan.plan(cfg, sized, mesh, backend=backend).phase_bytes(
-        phase
-      )
-      at = f' at {slots} slots per chunk'
+    # Each runs in chunks of rl.slots halved until its phase fits, as the
+    # commands and the trainer (RLSettings.score_slots) size them.
+    new = shapes.eval_new_tokens if phase == 'evaluation' else shapes.new_tokens
+    slots = from_config.command_slots(c, cfg, phase, new, hbm=hbm, devices=devices)
+    sized = dataclasses.replace(shapes, slots=slots)
+    totals[phase] = memory_plan.plan(cfg, sized, mesh, backend=backend).phase_bytes(
+      phase
+    )
+    chunks[phase] = slots
     verdict = 'fits' if totals[phase] <= hbm else 'does NOT fit'
     lines.append(
-      f'{command}: {totals[phase] / 2**30:.2f} GiB per device{at}, {verdict}'
+      f'{command}: {totals[phase] / 2**30:.2f} GiB per device at {slots} slots per '
+      f'chunk, {verdict}'
     )
   if any(t > hbm for t in totals.values()):
     lines.append(
@@ -415,22 +486,19 @@ def report(
       'fewer slots (rl.slots, or --slots of the commands) shrink them'
     )
   lines.append('')
-  # The trainer's scoring passes run at RLSettings.score_slots, as from_config
-  # sizes them: rl.slots halved until the pass_rates phase fits.
-  score_slots = from_config.command_slots(
-    c, cfg, 'pass_rates', shapes.new_tokens, hbm=hbm, devices=devices
-  )
+  score_slots = chunks['pass_rates']
   lines.extend(time_lines(c, cfg, shapes, mesh, chip, write_gbps, score_slots))
   lines.append('')
   peak_gib = p.peak / 2**30
+  budget = _gib_figure(hbm_gib)
   if peak_gib <= hbm_gib:
     lines.append(
-      f'fits: {peak_gib:.2f} GiB of {hbm_gib:g} GiB per device (peak: {p.peak_phase})'
+      f'fits: {peak_gib:.2f} GiB of {budget} GiB per device (peak: {p.peak_phase})'
     )
   else:
     change = memory_plan.smallest_change(cfg, shapes, mesh, hbm, backend=backend)
     lines.append(
-      f'does NOT fit: {peak_gib:.2f} > {hbm_gib:g} GiB per device (peak: '
+      f'does NOT fit: {peak_gib:.2f} > {budget} GiB per device (peak: '
       f'{p.peak_phase}); {change}'
     )
   return '\n'.join(lines)
@@ -871,56 +939,88 @@ PAPER_CONFIGS = {  # Config name -> the model's row in the tables.
 }
 
 
-def preset_tables(pods: Sequence[str], variants: Sequence[str], root: str = '.') -> str:
-  """The presets' tables of configs/common.py, from the plan's layout rule.
+def _table_target(kind: str, name: str) -> tuple[str, int, float, str]:
+  """(chip, devices, memory bytes per device, column head) of a table's preset.
 
-  One row per paper model, one column per pod: the mesh the rule picks for
-  Ada-balance (the paper's step), its micro-batch, peak GiB per chip and
-  phase, or that nothing fits; then the variants whose tensor axis differs.
-  tests/test_configs.py checks that the docstring holds exactly this
-  (`ADA_WRITE_TABLES=1` rewrites it).
+  A GPU's memory is its allocatable share at the default
+  XLA_PYTHON_CLIENT_MEM_FRACTION, whatever this process's environment says:
+  the tables are documentation, the same on every machine.
   """
-  from ada_jax.infra import tpu_pods
+  from ada_jax.infra import gpu_hosts, tpu_pods
   from ada_jax.planner import chips
 
-  head = ' | '.join(
-    f'{p} ({tpu_pods.pod(p).chips} chips, '
-    f'{chips.CHIPS[tpu_pods.pod(p).generation].hbm_gib:g} GiB)'
-    for p in pods
+  if kind == 'gpu':
+    g = gpu_hosts.hosts(name)
+    chip = chips.CHIPS[g.chip]
+    budget = chips.allocatable_gib(chip, environ={})
+    head = f'{name} ({g.gpus} GPUs, {budget:.1f} of {chip.hbm_gib:.1f} GiB)'
+    return g.chip, g.gpus, budget * 2**30, head
+  pod = tpu_pods.pod(name)
+  hbm = chips.CHIPS[pod.generation].hbm_gib
+  return (
+    pod.generation,
+    pod.chips,
+    hbm * 2**30,
+    f'{name} ({pod.chips} chips, {hbm:g} GiB)',
   )
+
+
+def preset_tables(
+  pods: Sequence[str], variants: Sequence[str], root: str = '.', kind: str = 'tpu'
+) -> str:
+  """The presets' tables of configs/common.py, from the plan's layout rule.
+
+  One row per paper model, one column per pod (kind 'tpu': `tpu=` slices)
+  or GPU host (kind 'gpu': `gpu=` presets, at the default memory
+  fraction): the mesh the rule picks for Ada-balance (the paper's step),
+  its micro-batch, peak GiB per device and phase (on GPU also its share of
+  the allocatable memory), or that nothing fits; then the variants whose
+  tensor axis differs. tests/test_configs.py checks that the docstring
+  holds exactly this (`ADA_WRITE_TABLES=1` rewrites it).
+  """
+  from ada_jax.planner import chips
+
+  targets = [_table_target(kind, p) for p in pods]
+  head = ' | '.join(t[3] for t in targets)
   lines = [f'| model | {head} |', '|---' * (len(pods) + 1) + '|']
   notes = []
+  unit, where = ('GPU', 'GPUs') if kind == 'gpu' else ('chip', 'pod')
   # Every phase a run or its commands run, Ada-balance, each chunked phase
   # at the largest chunk that fits (`from_config.command_slots`).
   phases = [
-    'Every phase by the plan (Ada-balance; GiB per chip; chunked phases at '
+    f'Every phase by the plan (Ada-balance; GiB per {unit}; chunked phases at '
     'the largest chunk of slots that fits):',
     '',
-    '| model | pod | waves | RL step (peak phase) | histogram + in-run eval '
+    f'| model | {where} | waves | RL step (peak phase) | histogram + in-run eval '
     '| evaluate (N=4096) | select_prompts |',
     '|---|---|---|---|---|---|---|',
   ]
   for name, row in PAPER_CONFIGS.items():
     cells = []
-    for pod_name in pods:
-      pod = tpu_pods.pod(pod_name)
-      hbm = chips.CHIPS[pod.generation].hbm_gib * 2**30
+    for pod_name, (chip, devices, hbm, _) in zip(pods, targets, strict=True):
+      platform = chips.CHIPS[chip].platform
       tensors = {}
       for variant in variants:
         c = from_config.load(
-          f'{root}/configs/{name}.py:tpu={pod_name},variant={variant}'
+          f'{root}/configs/{name}.py:{kind}={pod_name},variant={variant}'
         )
-        cfg = dataclasses.replace(model_config(c, name), platform='tpu')
-        chosen = from_config.resolve_layout(c, cfg, pod.chips, hbm, 'tpu', refuse=False)
+        cfg = dataclasses.replace(model_config(c, name), platform=platform)
+        chosen = from_config.resolve_layout(
+          c, cfg, devices, hbm, platform, refuse=False
+        )
         tensors[variant] = (chosen.mesh[2], chosen.waves, chosen.fits)
         if variant == variants[0]:
-          phases.append(_phase_row(c, cfg, chosen, row, pod_name, pod.chips, hbm))
+          phases.append(
+            _phase_row(c, cfg, chosen, row, pod_name, devices, hbm, platform)
+          )
           peak = chosen.plan.peak / 2**30
           waves = f', {chosen.waves} waves' if chosen.waves > 1 else ''
+          # On GPU the budget is a share of HBM: say how much of it is used.
+          share = f', {chosen.plan.peak / hbm:.0%} of it' if kind == 'gpu' else ''
           if chosen.fits:
             cells.append(
               f'(1, -1, {chosen.mesh[2]}), m={chosen.micro_batch_rows}{waves}: '
-              f'{peak:.1f} GiB ({chosen.plan.peak_phase})'
+              f'{peak:.1f} GiB ({chosen.plan.peak_phase}){share}'
             )
           else:
             cells.append(
@@ -939,7 +1039,16 @@ def preset_tables(pods: Sequence[str], variants: Sequence[str], root: str = '.')
   return '\n'.join([*lines, '', *phases])
 
 
-def _phase_row(c, cfg, chosen, row: str, pod: str, devices: int, hbm: float) -> str:
+def _phase_row(
+  c,
+  cfg,
+  chosen,
+  row: str,
+  pod: str,
+  devices: int,
+  hbm: float,
+  backend: str = 'tpu',
+) -> str:
   """One line of the every-phase table: the step and each chunked phase."""
   from ada_jax.planner import memory
 
@@ -955,7 +1064,7 @@ def _phase_row(c, cfg, chosen, row: str, pod: str, devices: int, hbm: float) -> 
   ):
     slots = from_config.command_slots(c, cfg, phase, new, hbm=hbm, devices=devices)
     shapes = dataclasses.replace(from_config.step_shapes(c, cfg, new), slots=slots)
-    got = memory.plan(cfg, shapes, chosen.mesh).phase_bytes(phase)
+    got = memory.plan(cfg, shapes, chosen.mesh, backend=backend).phase_bytes(phase)
     verdict = '' if got <= hbm else ' does NOT fit'
     cells.append(f'{got / 2**30:.1f} at {slots} slots{verdict}')
   return f'| {row.split()[0]} | {pod} | {chosen.waves} | ' + ' | '.join(cells) + ' |'
@@ -1383,12 +1492,20 @@ def parser() -> argparse.ArgumentParser:
   p = argparse.ArgumentParser(
     prog='python -m ada_jax.plan', description=__doc__.splitlines()[0]
   )
-  p.add_argument('--config', required=True, help='configs/NAME.py[:tpu=PRESET,...]')
   p.add_argument(
-    '--devices', type=int, default=None, help='JAX devices (chips); default: tpu='
+    '--config', required=True, help='configs/NAME.py[:tpu=POD|gpu=NxCHIP,...]'
   )
   p.add_argument(
-    '--hbm-gib', type=float, default=None, help='HBM per device; default: tpu='
+    '--devices',
+    type=int,
+    default=None,
+    help='JAX devices (chips); default: tpu= / gpu=',
+  )
+  p.add_argument(
+    '--hbm-gib',
+    type=float,
+    default=None,
+    help='memory per device, GiB; default: tpu= (HBM) / gpu= (allocatable)',
   )
   p.add_argument(
     '--eval-new-tokens',
@@ -1418,8 +1535,8 @@ def parser() -> argparse.ArgumentParser:
     '--target',
     choices=('', 'tpu', 'gpu', 'cpu'),
     default='',
-    help="the platform the programs are built for ('': the pod's, tpu with a "
-    "tpu= preset, else this host's); --check --target tpu on a host without "
+    help="the platform the programs are built for ('': the preset's, tpu with "
+    "tpu=, gpu with gpu=, else this host's); --check --target tpu on a host without "
     'TPU chips compiles for the pod with libtpu (no chip)',
   )
   p.add_argument(
@@ -1501,10 +1618,11 @@ def main(argv: Sequence[str] | None = None) -> None:
     c = from_config.load(args.config, rest)
     name, _ = _config_arg(args.config)
     cfg = model_config(c, name)
-    # The plan is for the pod's platform (TPU with a tpu= preset) unless
-    # --target says otherwise; --check compiles for --target, or for the
-    # devices at hand.
-    planned = args.target or ('tpu' if c.get('pod', '') else '')
+    # The plan is for the preset's platform (TPU with tpu=, GPU with gpu=)
+    # unless --target says otherwise; --check compiles for --target, or for
+    # the devices at hand.
+    target = from_config.preset(c)
+    planned = args.target or (target.platform if target is not None else '')
     plan_cfg = dataclasses.replace(cfg, platform=planned) if planned else cfg
     _, devices, hbm_gib = _target(c, args.devices, args.hbm_gib)
     tensor_rule = c.mesh.tensor == 0

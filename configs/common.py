@@ -1,4 +1,4 @@
-r"""Shared by the configs: arg strings, TPU mesh presets, variant settings.
+r"""Shared by the configs: arg strings, TPU and GPU mesh presets, variant settings.
 
 Every config's `get_config(arg)` takes a comma-separated arg string
 (`variant=grpo,tpu=v5p-64,runlocal`) that `parse_arg` checks against the
@@ -78,6 +78,50 @@ aligned round (slot i continues prompt i, no gather); `plan` prints their
 verdicts separately. The trainer's histogram and evaluations, evaluate and
 select_prompts halve `rl.slots` for their chunks until their phase fits
 the chip (`from_config.command_slots`; `plan` prints the chunk).
+
+GPU presets (`gpu=NxCHIP`: N GPUs in all, 8 per host, CHIP h100 or h200;
+`infra/gpu_hosts.py`): `gpu=8xh100` (the paper's hardware), `gpu=8xh200`,
+`gpu=1xh100`. The same mesh (1, -1, 0), micro-batch (one row per batch
+shard) and slot waves by the same rule, planned for the GPU platform
+(blockwise attention there too) against what JAX may allocate per GPU: its
+HBM times XLA_PYTHON_CLIENT_MEM_FRACTION (default 0.75: 59.7 of 79.6 GiB
+on an H100, 105.3 of 140.4 GiB on an H200; `planner/chips.py`), so the
+run's process needs the same fraction as the plan (export it before both
+to give JAX more). `tpu=` and `gpu=` together are an error. The paper's
+step on one host of 8 GPUs, at the default fraction:
+
+[gpu plan tables]
+
+| model | 8xh100 (8 GPUs, 59.7 of 79.6 GiB) | 8xh200 (8 GPUs, 105.3 of 140.4 GiB) |
+|---|---|---|
+| 1.5B (Qwen2.5-Math-1.5B) | (1, -1, 1), m=8: 37.6 GiB (sampling), 63% of it | (1, -1, 1), m=8: 37.6 GiB (sampling), 36% of it |
+| 3B (Llama-3.2-3B-Instruct) | (1, -1, 2), m=4, 4 waves: 44.7 GiB (sampling), 75% of it | (1, -1, 1), m=8, 2 waves: 77.6 GiB (sampling), 74% of it |
+| 4B (Qwen3-4B-Instruct-2507) | (1, -1, 4), m=2, 8 waves: 36.1 GiB (sampling), 60% of it | (1, -1, 4), m=2, 2 waves: 94.0 GiB (sampling), 89% of it |
+| 7B (Qwen2.5-Math-7B) | (1, -1, 2), m=4, 2 waves: 51.8 GiB (sampling), 87% of it | (1, -1, 1), m=8: 89.1 GiB (sampling), 85% of it |
+
+Other variants where the rule differs: 3B dapo on 8xh100: tensor 4, 2 wave(s); 3B grpo on 8xh100: tensor 2, 2 wave(s); 3B dapo on 8xh200: tensor 2, 1 wave(s); 3B grpo on 8xh200: tensor 1, 1 wave(s); 4B dapo on 8xh100: tensor 8, 4 wave(s); 4B grpo on 8xh100: tensor 4, 4 wave(s); 4B grpo on 8xh200: tensor 1, 1 wave(s); 7B dapo on 8xh100: tensor 2, 1 wave(s); 7B grpo on 8xh100: tensor 2, 1 wave(s).
+
+Every phase by the plan (Ada-balance; GiB per GPU; chunked phases at the largest chunk of slots that fits):
+
+| model | GPUs | waves | RL step (peak phase) | histogram + in-run eval | evaluate (N=4096) | select_prompts |
+|---|---|---|---|---|---|---|
+| 1.5B | 8xh100 | 1 | 37.6 (sampling) | 49.8 at 4096 slots | 42.0 at 2048 slots | 47.7 at 4096 slots |
+| 1.5B | 8xh200 | 1 | 37.6 (sampling) | 49.8 at 4096 slots | 81.2 at 4096 slots | 47.7 at 4096 slots |
+| 3B | 8xh100 | 4 | 44.7 (sampling) | 51.5 at 1024 slots | 41.7 at 512 slots | 47.0 at 1024 slots |
+| 3B | 8xh200 | 2 | 77.6 (sampling) | 54.5 at 1024 slots | 83.3 at 1024 slots | 94.1 at 2048 slots |
+| 4B | 8xh100 | 8 | 36.1 (sampling) | 35.8 at 512 slots | 51.6 at 512 slots | 30.2 at 512 slots |
+| 4B | 8xh200 | 2 | 94.0 (sampling) | 64.1 at 1024 slots | 51.6 at 512 slots | 58.5 at 1024 slots |
+| 7B | 8xh100 | 2 | 51.8 (sampling) | 39.9 at 1024 slots | 46.0 at 1024 slots | 51.5 at 2048 slots |
+| 7B | 8xh200 | 1 | 89.1 (sampling) | 69.2 at 2048 slots | 91.9 at 2048 slots | 58.5 at 2048 slots |
+
+[end gpu plan tables]
+
+Every paper config fits 8xH100 with at least 10% of the allocatable memory
+free in every phase (grpo, pos and balance; tests/test_gpu_plan.py), the
+3B and 4B in slot waves; one H100 holds none of them (`plan` names the
+smallest change). On 8xH100 `plan` sets its roofline step beside the
+paper's measured step times as like for like; elsewhere they are the
+paper's 8xH100 times.
 """
 
 from __future__ import annotations
@@ -94,6 +138,10 @@ SCHEDULES = ('paper', 'refill')
 # The pods of the tables above (the paper configs' launch examples); `tpu=`
 # takes any v4, v5p, v5e (v5litepod) or v6e accelerator type.
 EXAMPLE_PODS = ('v4-32', 'v5p-64', 'v6e-64')
+# The GPU presets of the docs (`gpu=` takes any NxCHIP of infra/gpu_hosts.py);
+# the tables show the two 8-GPU hosts, the paper's 8xH100 first.
+GPU_PRESETS = ('1xh100', '8xh100', '8xh200')
+EXAMPLE_GPUS = ('8xh100', '8xh200')
 # A `tpu=` preset's mesh: full FSDP with the tensor axis left to the plan's
 # rule (planner/layout.py: the smallest one dividing the KV heads that fits).
 RULE_MESH = {'data': 1, 'fsdp': -1, 'tensor': 0}
@@ -157,6 +205,30 @@ def check_pod(tpu: str, config_name: str) -> str:
   return tpu
 
 
+def check_gpus(gpu: str, config_name: str) -> str:
+  """The `gpu=` arg when it names GPUs as NxCHIP (e.g. 8xh100), else a ValueError."""
+  from ada_jax.infra import gpu_hosts
+
+  try:
+    gpu_hosts.hosts(gpu)
+  except ValueError as e:
+    raise ValueError(f'{config_name}: arg gpu={gpu!r}: {e}') from None
+  return gpu
+
+
+def check_presets(args: Mapping[str, str], config_name: str) -> None:
+  """`tpu=` and `gpu=` each checked, and not both (a ValueError naming both)."""
+  if args.get('tpu') and args.get('gpu'):
+    raise ValueError(
+      f'{config_name}: args tpu={args["tpu"]!r} and gpu={args["gpu"]!r}: one '
+      'preset, a TPU slice or GPUs, not both'
+    )
+  if args.get('tpu'):
+    check_pod(args['tpu'], config_name)
+  if args.get('gpu'):
+    check_gpus(args['gpu'], config_name)
+
+
 def variant_rl(
   variant: str, *, prompts: int, group_size: int, samples_per_round: int, rounds: int
 ) -> dict[str, int]:
@@ -194,6 +266,7 @@ PAPER_DEFAULTS = {
   'schedule': 'paper',
   'data': 'hard',
   'tpu': '',
+  'gpu': '',
   'seed': '0',
   'runlocal': '',
 }
@@ -208,12 +281,12 @@ def paper_args(
     'schedule': SCHEDULES,
     'data': None,  # Checked below, with the reason.
     'tpu': None,  # Checked below: any TPU slice.
+    'gpu': None,  # Checked below: NxCHIP GPUs.
     'seed': None,
     'runlocal': None,
   }
   args = parse_arg(arg, config_name, choices, PAPER_DEFAULTS)
-  if args['tpu']:
-    check_pod(args['tpu'], config_name)
+  check_presets(args, config_name)
   if args['data'] not in datasets:
     raise ValueError(
       f'{config_name}: arg data={args["data"]!r} is not one of {tuple(datasets)} '
@@ -233,8 +306,8 @@ def paper_config(
   """The reference setup for one model; the caller has parsed `args`.
 
   Args:
-    args: from `parse_arg`: variant, schedule, tpu ('' = none), seed,
-      runlocal ('True' or '').
+    args: from `parse_arg`: variant, schedule, tpu and gpu ('' = none),
+      seed, runlocal ('True' or '').
     config_name: for error messages.
     family: qwen2 | qwen3 | llama (the tiny model of runlocal).
     size: the model size, e.g. '7b' (for the tables).
@@ -245,10 +318,13 @@ def paper_config(
   c = ml_collections.ConfigDict()
   # Run.
   c.seed = int(args['seed'])
-  # Mesh: full FSDP by default; a `tpu=` pod leaves the tensor axis to the
-  # plan's rule (module docstring), and `pod` names the chips it plans for.
+  # Mesh: full FSDP by default; a `tpu=` pod or `gpu=` host leaves the
+  # tensor axis to the plan's rule (module docstring), and `pod` / `gpu`
+  # names the chips it plans for.
   c.pod = args['tpu']
-  mesh = dict(RULE_MESH) if args['tpu'] else {'data': 1, 'fsdp': -1, 'tensor': 1}
+  c.gpu = args.get('gpu', '')
+  preset = args['tpu'] or c.gpu
+  mesh = dict(RULE_MESH) if preset else {'data': 1, 'fsdp': -1, 'tensor': 1}
   c.mesh = ml_collections.ConfigDict(mesh)
   # Model: a local HF directory, required (config_rules names the key).
   c.model = ml_collections.ConfigDict()

@@ -16,7 +16,9 @@ Memory by the plan (ada_jax.plan; peak per chip, the Ada-balance step; the
 table in configs/common.py has every model and pod): v5p-64 38.9 GiB and
 v6e-64 22.4 GiB fit in one slot wave; v4-32 fits the paper's step unchanged
 in 4 slot waves per round at (1, 16, 1): 26.8 GiB of 32 (the round's KV
-cache shrinks 4-fold; the rule picks the waves: `sampling.waves=0`).
+cache shrinks 4-fold; the rule picks the waves: `sampling.waves=0`). On GPUs (gpu=,
+at JAX's default 0.75 of HBM): 8xH100 in 4 slot waves at (1, 4, 2): 44.7
+GiB of 59.7; 8xH200 in 2 at (1, 8, 1): 77.6 GiB of 105.3.
 
 Data: `data=hard` only: `ada_math_local/hard_llama`; `data=easy` is an
 error. Stage the model and the sets into a bucket once, from a machine with
@@ -49,8 +51,9 @@ Commands (from the repo root):
 
 Arg keys (comma separated): variant=grpo|pos|balance|dapo|est (default
 balance), schedule=paper|refill (pos/balance; default paper),
-data=hard (default hard), tpu=v4-32|v5p-64|v6e-64 (mesh preset;
-default full FSDP over all devices), seed=INT, runlocal.
+data=hard (default hard), tpu=v4-32|v5p-64|v6e-64 or
+gpu=8xh100|8xh200|1xh100 (mesh preset, one of the two; default full FSDP
+over all devices), seed=INT, runlocal.
 
 Expected (paper Table 1, Ave@32 weighted; not yet reproduced with
 ada_jax): GRPO 27.9, Ada-pos 28.8, Ada-balance 29.1.

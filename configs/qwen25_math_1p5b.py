@@ -14,7 +14,9 @@ presets live in configs/common.py.
 
 Memory by the plan (ada_jax.plan; peak per chip, the Ada-balance step; the
 table in configs/common.py has every model and pod): v4-32 20.3 GiB,
-v5p-64 11.6 GiB, v6e-64 7.2 GiB: fits all three in one slot wave.
+v5p-64 11.6 GiB, v6e-64 7.2 GiB: fits all three in one slot wave. On
+GPUs (gpu=, at JAX's default 0.75 of HBM): 8xH100 37.6 GiB of 59.7 and
+8xH200 37.6 of 105.3, one slot wave.
 
 Data: `data=hard` (default): `ada_math_local/hard_1p5b`; `data=easy`:
 `ada_math_local/simple_1p5b`. Stage the model and the sets into a bucket once, from a machine with
@@ -52,8 +54,9 @@ Commands (from the repo root):
 
 Arg keys (comma separated): variant=grpo|pos|balance|dapo|est (default
 balance), schedule=paper|refill (pos/balance; default paper),
-data=hard|easy (default hard), tpu=v4-32|v5p-64|v6e-64 (mesh preset;
-default full FSDP over all devices), seed=INT, runlocal.
+data=hard|easy (default hard), tpu=v4-32|v5p-64|v6e-64 or
+gpu=8xh100|8xh200|1xh100 (mesh preset, one of the two; default full FSDP
+over all devices), seed=INT, runlocal.
 
 Expected (paper Table 1, Ave@32 weighted over the four benchmarks; not yet
 reproduced with ada_jax): hard set GRPO 41.9, Ada-pos 44.6, Ada-balance

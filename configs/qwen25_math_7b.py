@@ -16,7 +16,9 @@ Memory by the plan (ada_jax.plan; peak per chip, the Ada-balance step; the
 table in configs/common.py has every model and pod): v5p-64 32.9 GiB and
 v6e-64 23.7 GiB fit in one slot wave; v4-32 fits the paper's step unchanged
 in 2 slot waves per round at (1, 4, 4): 26.0 GiB of 32 (the rule picks the
-waves: `sampling.waves=0`).
+waves: `sampling.waves=0`). On GPUs (gpu=, at JAX's
+default 0.75 of HBM): 8xH100 in 2 slot waves at (1, 4, 2): 51.8 GiB of
+59.7; 8xH200 in one at (1, 8, 1): 89.1 GiB of 105.3.
 
 Data: `data=hard` (default): `ada_math_local/hard_7b`; `data=easy`:
 `ada_math_local/easy_7b`. Stage the model and the sets into a bucket once, from a machine with
@@ -54,8 +56,9 @@ Commands (from the repo root):
 
 Arg keys (comma separated): variant=grpo|pos|balance|dapo|est (default
 balance), schedule=paper|refill (pos/balance; default paper),
-data=hard|easy (default hard), tpu=v4-32|v5p-64|v6e-64 (mesh preset;
-default full FSDP over all devices), seed=INT, runlocal.
+data=hard|easy (default hard), tpu=v4-32|v5p-64|v6e-64 or
+gpu=8xh100|8xh200|1xh100 (mesh preset, one of the two; default full FSDP
+over all devices), seed=INT, runlocal.
 
 Expected (paper Table 1, Ave@32 weighted; not yet reproduced with
 ada_jax): hard set GRPO 51.3, Ada-pos 52.8, Ada-balance 53.9; easy set

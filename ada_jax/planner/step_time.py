@@ -57,6 +57,13 @@ class PaperSteps:
 
   seconds: dict[str, float]  # Rule (grpo, pos, balance) -> seconds.
   source: str
+  # The hardware they were measured on: `devices` chips of `chips.CHIPS[chip]`.
+  chip: str = 'h100'
+  devices: int = 8
+
+  def same_hardware(self, chip: str | None, devices: int) -> bool:
+    """Whether a plan for `devices` x `chip` is on the measured hardware."""
+    return chip == self.chip and devices == self.devices
 
 
 # The paper's measured wall time per update step (arXiv 2510.04996 v1,
