@@ -1,4 +1,4 @@
-"""Attention for the policy: one entry point, four implementations.
+"""Attention for the policy: one entry point, five implementations.
 
 Every attention call of the model (training forward, prefill, decode) goes
 through `attend`, with an implementation resolved statically by `resolve` from
@@ -29,6 +29,21 @@ through `attend`, with an implementation resolved statically by `resolve` from
            `shard_map` over the mesh of its inputs' avals: rows over
            ('data', 'fsdp'), heads over 'tensor' (KV heads repeated to the
            query heads when only those divide the tensor axis).
+  cudnn    the GPU's fused (flash) kernel, `jax.nn.dot_product_attention(
+           implementation='cudnn')`, for T > 1 without a cache prefix
+           (S == T) where its constraints hold (`fused_fits`: bf16/fp16, head
+           dim a multiple of 8 up to CUDNN_MAX_HEAD_DIM). The kernel masks
+           causally and by per-row sequence lengths, i.e. right padding; our
+           rows are left-padded (prompts) or padded on both sides (training
+           rows), so the model rolls each row left by its left pad once per
+           forward, on tokens, mask and positions together
+           (`model.Transformer`, `roll_rows`): real tokens then start at index
+           0 and stay contiguous, RoPE positions are unchanged (they come from
+           the mask), and the kernel gets each row's real length. The
+           outputs (and the K/V written into a prefill's cache) are rolled
+           back. Off GPU the same call runs with implementation='xla' (XLA's
+           dense reference: tests only), so everything but the kernel swap
+           is checked on CPU (tests/test_attention.py).
   decode   T = 1 against a cache (every config but 'dense'): the online
            softmax of chunked over key blocks of DECODE_BLOCK_K read in place
            from the cache, only the blocks [first, end) that hold written
@@ -51,9 +66,10 @@ through `attend`, with an implementation resolved statically by `resolve` from
            (`round_cache_blocked`): a tuple of S/tk buffers, keys
            [B, G, K, tk] and values [B, G, tk, K], each block read under a
            `lax.cond` of its own, so a product reads its buffer in place.
-  auto     splash on TPU when S == T and T >= CHUNKED_MIN_T, chunked
-           elsewhere for T >= CHUNKED_MIN_T, dense below (short prompts, the
-           tiny config's T = 64), decode for T = 1.
+  auto     when S == T and T >= CHUNKED_MIN_T: splash on TPU, cudnn on GPU
+           where `fused_fits` (else chunked), chunked on CPU; chunked for
+           other T >= CHUNKED_MIN_T, dense below (short prompts, the tiny
+           config's T = 64), decode for T = 1.
 
 Numerics everywhere: scores scaled by 1/sqrt(K), fp32 scores and softmax,
 output cast to the compute dtype. Masked entries get MASK_VALUE (finite), so
@@ -97,7 +113,13 @@ Array = jax.Array
 # keys [B, G, K, tk] or values [B, G, tk, K].
 Blocks = tuple[Array, ...]
 
-IMPLEMENTATIONS = ('auto', 'dense', 'chunked', 'splash')
+IMPLEMENTATIONS = ('auto', 'dense', 'chunked', 'splash', 'cudnn')
+# cuDNN's flash attention: bf16/fp16 and a head dim that is a multiple of 8
+# up to 128 (256 on Hopper and later; 128 holds on every GPU, and every
+# paper model's head dim is 128). jax 0.10.2,
+# `jax._src.cudnn.fused_attention_stablehlo.check_is_flash_attention`.
+CUDNN_MAX_HEAD_DIM = 128
+_CUDNN_DTYPES = (jnp.bfloat16, jnp.float16)
 # 'auto' goes blockwise from this many query tokens on. Below it the dense
 # scores are small (T = 256: 256 KiB per row and head) and one fused softmax
 # is faster than a loop.
@@ -142,6 +164,9 @@ class AttentionMask(NamedTuple):
   prefix_valid: bool [B/m, P] (decode with a shared prefix, else None): which
     positions of each group's prompt prefix hold real tokens (see
     `decode_attention`).
+  lengths: int32 [B] (cudnn only, else None): each row's real tokens, which
+    the left-aligned rows hold at [0, length) (at least 1: a row of padding
+    only attends to its first slot, a finite, meaningless value).
   """
 
   query_index: Array
@@ -149,17 +174,30 @@ class AttentionMask(NamedTuple):
   dense: Array | None = None
   key_blocks: Array | None = None
   prefix_valid: Array | None = None
+  lengths: Array | None = None
 
 
-def resolve(attention: str, t: int, s: int, platform: str | None = None) -> str:
-  """The implementation ('dense' | 'chunked' | 'splash' | 'decode') for T queries, S keys.
+def resolve(
+  attention: str,
+  t: int,
+  s: int,
+  platform: str | None = None,
+  dtype: Any = None,
+  head_dim: int | None = None,
+) -> str:
+  """The implementation ('dense' | 'chunked' | 'splash' | 'cudnn' | 'decode') for T queries, S keys.
 
-  Static: depends on the config string, the shapes and the target platform
-  only (`infra.platforms`; '' or None: the running backend).
+  Static: depends on the config string, the shapes, the compute dtype and
+  head dim (cudnn's constraints; None: not known, taken to fit) and the
+  target platform only (`infra.platforms`; '' or None: the running backend).
   Decode (T = 1 against S > 1 keys) reads only the written key blocks
   ('decode') unless the config asks for dense everywhere (the reference);
-  splash needs S == T (no
-  cache prefix) and falls back to chunked otherwise.
+  splash and cudnn need S == T (no cache prefix) and fall back to chunked
+  otherwise.
+
+  Raises:
+    ValueError: attention='cudnn' asked for where the kernel's constraints
+      do not hold (`fused_fits`).
   """
   if attention not in IMPLEMENTATIONS:
     raise ValueError(f'attention={attention!r}: use one of {IMPLEMENTATIONS}')
@@ -171,13 +209,37 @@ def resolve(attention: str, t: int, s: int, platform: str | None = None) -> str:
     return 'decode' if s > 1 else 'dense'
   if attention == 'chunked':
     return 'chunked'
-  if attention == 'splash':
-    return 'splash' if s == t else 'chunked'
+  if attention in ('splash', 'cudnn'):
+    if attention == 'cudnn' and not fused_fits(dtype, head_dim, platform):
+      raise ValueError(
+        f"attention='cudnn' needs a bf16/fp16 compute dtype and a head dim that "
+        f'is a multiple of 8 up to {CUDNN_MAX_HEAD_DIM}; got dtype '
+        f'{jnp.dtype(dtype).name if dtype is not None else "?"}, head dim {head_dim}'
+      )
+    return attention if s == t else 'chunked'
   if t < CHUNKED_MIN_T:
     return 'dense'
   if s != t:
     return 'chunked'
-  return platforms.get(platform).long_attention
+  long = platforms.get(platform).long_attention
+  if long == 'cudnn' and not fused_fits(dtype, head_dim, platform):
+    return 'chunked'
+  return long
+
+
+def fused_fits(dtype: Any, head_dim: int | None, platform: str | None = None) -> bool:
+  """Whether the fused kernel of `platform` takes this dtype and head dim.
+
+  Only cuDNN (a 'gpu' target) constrains them; elsewhere the same call runs
+  XLA's reference, which takes anything. None: not known, taken to fit.
+  """
+  if platforms.get(platform).fused_kernel != 'cudnn':
+    return True
+  if dtype is not None and jnp.dtype(dtype) not in [
+    jnp.dtype(d) for d in _CUDNN_DTYPES
+  ]:
+    return False
+  return head_dim is None or (head_dim % 8 == 0 and head_dim <= CUDNN_MAX_HEAD_DIM)
 
 
 def make_mask(
@@ -195,11 +257,14 @@ def make_mask(
   if prefix_valid is not None and impl != 'decode':
     raise ValueError(f'a shared prompt prefix needs decode attention, got {impl!r}')
   dense = dense_mask(query_index, kv_valid) if impl == 'dense' else None
-  blocks = None
+  blocks = lengths = None
   if impl == 'decode':
     tk, _ = decode_block(kv_valid.shape[-1])
     blocks = decode_key_blocks(query_index, kv_valid, tk)
-  return AttentionMask(query_index, kv_valid, dense, blocks, prefix_valid)
+  if impl == 'cudnn':
+    # Left-aligned rows (`roll_rows`): the real keys are [0, length).
+    lengths = jnp.maximum(jnp.sum(kv_valid, axis=-1, dtype=jnp.int32), 1)
+  return AttentionMask(query_index, kv_valid, dense, blocks, prefix_valid, lengths)
 
 
 def dense_mask(query_index: Array, kv_valid: Array) -> Array:
@@ -263,6 +328,12 @@ def attend(
     return dense_attention(q, k, v, mask.dense, dtype)
   if impl == 'chunked':
     return chunked_attention(q, k, v, mask.query_index, mask.kv_valid)
+  if impl == 'cudnn':
+    # The kernel takes keys [B, S, G, K]; the model hands it this call's own
+    # keys in that layout instead (`model.Attention`), so this transposes
+    # only when called with a cache directly.
+    k, v = k.transpose(0, 2, 1, 3), v.transpose(0, 2, 1, 3)
+    return fused_attention(q, k, v, mask.lengths, platform=platform)
   if impl == 'splash':
     if k.shape[2] != q.shape[1]:
       raise ValueError(f'splash needs S == T, got S={k.shape[2]}, T={q.shape[1]}')
@@ -765,6 +836,68 @@ def _block_conds(carry, qb, k: Blocks, v: Blocks, qi, valid, key_blocks):
     taken = (key_blocks[0] <= j) & (j < key_blocks[1])
     carry = jax.lax.cond(taken, fold(j), skip, carry, kb, vb)
   return carry
+
+
+# ------------------------------------------------------------------ cudnn
+
+
+def left_pads(mask: Array) -> Array:
+  """int32 [B]: each row's padding before its first real token (0 if none).
+
+  Real tokens of a row must be contiguous (prompt, then response): the rows
+  the policy runs on are left-padded prompts, or left-padded prompts followed
+  by right-padded responses.
+  """
+  return jnp.argmax(mask.astype(jnp.bool_), axis=-1).astype(jnp.int32)
+
+
+def _roll(x: Array, shift: Array) -> Array:
+  t = x.shape[1]
+  index = (jnp.arange(t, dtype=jnp.int32)[None, :] + shift[:, None]) % t
+  index = index.reshape(index.shape + (1,) * (x.ndim - 2))
+  return jnp.take_along_axis(x, index, axis=1, mode='promise_in_bounds')
+
+
+@jax.custom_vjp
+def roll_rows(x: Array, shift: Array) -> Array:
+  """Each row rolled left by its shift along axis 1: out[b, i] = x[b, (i + shift[b]) % T].
+
+  `roll_rows(x, -shift)` undoes it. The backward is the opposite roll (a
+  gather), not the scatter-add autodiff would make of the forward gather.
+  """
+  return _roll(x, shift)
+
+
+def _roll_rows_fwd(x: Array, shift: Array) -> tuple[Array, Array]:
+  return _roll(x, shift), shift
+
+
+def _roll_rows_bwd(shift: Array, g: Array) -> tuple[Array, None]:
+  return _roll(g, -shift), None
+
+
+roll_rows.defvjp(_roll_rows_fwd, _roll_rows_bwd)
+
+
+def fused_attention(
+  q: Array, k: Array, v: Array, lengths: Array, platform: str | None = None
+) -> Array:
+  """Causal attention of left-aligned rows: q [B, T, H, K], k/v [B, T, G, K] -> [B, T, H, K].
+
+  Row b's real tokens are [0, lengths[b]); query t sees keys s <= t below
+  the length, as dense does for the same tokens. The target platform's
+  fused kernel (`infra.platforms`: cuDNN on GPU, XLA's reference elsewhere,
+  for tests). Queries at or past the length come out zero.
+  """
+  return jax.nn.dot_product_attention(
+    q,
+    k,
+    v,
+    is_causal=True,
+    query_seq_lengths=lengths,
+    key_value_seq_lengths=lengths,
+    implementation=platforms.get(platform).fused_kernel,
+  )
 
 
 # ----------------------------------------------------------------- splash

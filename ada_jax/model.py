@@ -77,7 +77,8 @@ class ModelConfig:
   param_dtype: Any = jnp.float32
   dtype: Any = jnp.float32  # compute dtype; logits are always fp32.
   # Static execution choices (they change memory and speed, not the params):
-  # attention: 'auto' | 'dense' | 'chunked' | 'splash' (see attention.py);
+  # attention: 'auto' | 'dense' | 'chunked' | 'splash' | 'cudnn' (see
+  # attention.py);
   # remat: 'none' | 'block' (each decoder block recomputed in the backward).
   attention: str = 'auto'
   remat: str = 'none'
@@ -280,9 +281,14 @@ class Attention(nnx.Module):
     keys_t = attention_lib.cache_keys_transposed(mask.kv_valid, mask.prefix_valid)
     k_cache, v_cache = write_kv(k_cache, v_cache, k, v, write_index, keys_t)
 
-    out = attention_lib.attend(
-      q, k_cache, v_cache, mask, impl, dt, prefix_kv, platform=c.platform
-    )
+    if impl == 'cudnn':
+      # S == T from index 0: the cache holds exactly this call's keys, which
+      # the kernel takes as they are, [B, T, G, K] (no transposed read).
+      out = attention_lib.fused_attention(q, k, v, mask.lengths, c.platform)
+    else:
+      out = attention_lib.attend(
+        q, k_cache, v_cache, mask, impl, dt, prefix_kv, platform=c.platform
+      )
     y = jnp.einsum('bthk,hkd->btd', out, self.o[...].astype(dt))
     if c.o_bias:
       y = y + self.o_bias[...].astype(dt)
@@ -493,7 +499,9 @@ class Transformer(nnx.Module):
     """
     c = self.config
     b, t = tokens.shape
-    impl = attention_lib.resolve(c.attention, t, cache.valid.shape[-1], c.platform)
+    impl = _resolve(c, t, cache.valid.shape[-1])
+    if impl == 'cudnn':
+      return self._left_aligned(tokens, positions, cache, token_mask, return_hidden)
     if cache.prefix_valid is not None:
       if t != 1 or c.attention == 'dense':
         raise ValueError(
@@ -529,6 +537,58 @@ class Transformer(nnx.Module):
       return x, new_cache
     return self.project(x), new_cache
 
+  def _left_aligned(
+    self,
+    tokens: Array,
+    positions: Array,
+    cache: KVCache,
+    token_mask: Array,
+    return_hidden: bool,
+  ) -> tuple[Array, KVCache]:
+    """`__call__` for the fused kernel (S == T, written from index 0).
+
+    Each row rolled left by its left pad (`attention.roll_rows`) on tokens,
+    mask and positions together, so its real tokens are [0, length) as the
+    kernel's sequence lengths want; the outputs and the written keys and
+    values are rolled back, so callers see the usual layout.
+    """
+    shift = attention_lib.left_pads(token_mask)
+    valid = token_mask.astype(jnp.bool_)
+    cache = cache._replace(valid=valid)
+    x, cache = self._layers(
+      attention_lib.roll_rows(tokens, shift),
+      attention_lib.roll_rows(positions, shift),
+      attention_lib.roll_rows(valid, shift),
+      cache,
+    )
+    back = -shift
+    x = attention_lib.roll_rows(x, back)
+    # Keys and values [B, G, S, K]: roll the S axis back.
+    unroll = lambda a: attention_lib.roll_rows(a.swapaxes(1, 2), back).swapaxes(1, 2)  # noqa: E731
+    cache = cache._replace(k=tuple(map(unroll, cache.k)), v=tuple(map(unroll, cache.v)))
+    return (x, cache) if return_hidden else (self.project(x), cache)
+
+  def _layers(
+    self, tokens: Array, positions: Array, valid: Array, cache: KVCache
+  ) -> tuple[Array, KVCache]:
+    """The fused kernel's forward of left-aligned rows: final hidden, cache."""
+    c = self.config
+    b, t = tokens.shape
+    query_index = jnp.broadcast_to(jnp.arange(t, dtype=jnp.int32)[None, :], (b, t))
+    mask = attention_lib.make_mask(query_index, valid, 'cudnn')
+    rope = rope_tables(positions, rope_inv_freq(c))
+    x = jnp.take(self.embed[...], tokens, axis=0).astype(c.dtype)
+    new_k, new_v = [], []
+    for i, layer in enumerate(self.layers):
+      args = (x, rope, mask, cache.k[i], cache.v[i], jnp.int32(0))
+      if c.remat == 'block':
+        x, k_i, v_i = _remat_block(layer, 'cudnn', *args)
+      else:
+        x, k_i, v_i = layer(*args, 'cudnn')
+      new_k.append(k_i)
+      new_v.append(v_i)
+    return self.final_norm(x), cache._replace(k=tuple(new_k), v=tuple(new_v))
+
   def project(self, hidden: Array) -> Array:
     """fp32 logits [B, T, V] from final hidden states [B, T, D]."""
     c = self.config
@@ -559,11 +619,18 @@ class Transformer(nnx.Module):
         tokens, positions_from_mask(mask), cache, jnp.int32(0), mask, return_hidden=True
       )
       return h
-    impl = attention_lib.resolve(c.attention, t, t, c.platform)
+    impl = _resolve(c, t, t)
     valid = mask.astype(jnp.bool_)
+    positions = positions_from_mask(mask)
+    shift = None
+    if impl == 'cudnn':  # Left-aligned rows, rolled back at the end (_left_aligned).
+      shift = attention_lib.left_pads(mask)
+      tokens, valid, positions = (
+        attention_lib.roll_rows(a, shift) for a in (tokens, valid, positions)
+      )
     query_index = jnp.broadcast_to(jnp.arange(t, dtype=jnp.int32)[None, :], (b, t))
     attn_mask = attention_lib.make_mask(query_index, valid, impl)
-    rope = rope_tables(positions_from_mask(mask), rope_inv_freq(c))
+    rope = rope_tables(positions, rope_inv_freq(c))
     graphdef, _ = nnx.split(self.layers[0])
     stacked = jax.tree.map(
       lambda *xs: jnp.stack(xs), *(nnx.state(layer) for layer in self.layers)
@@ -579,11 +646,17 @@ class Transformer(nnx.Module):
 
     x = jnp.take(self.embed[...], tokens, axis=0).astype(c.dtype)
     x, _ = jax.lax.scan(body, x, stacked)
-    return self.final_norm(x)
+    x = self.final_norm(x)
+    return x if shift is None else attention_lib.roll_rows(x, -shift)
 
   def forward(self, tokens: Array, mask: Array) -> Array:
     """Full forward without a persistent cache: fp32 logits [B, T, V]."""
     return self.project(self.hidden(tokens, mask))
+
+
+def _resolve(c: ModelConfig, t: int, s: int) -> str:
+  """`attention.resolve` for this model's config and a T-token call on S keys."""
+  return attention_lib.resolve(c.attention, t, s, c.platform, c.dtype, c.head_dim)
 
 
 @functools.partial(jax.jit, static_argnums=0)

@@ -909,20 +909,22 @@ def lower_round(
   filter_logits: bool = True,
   group: int = 1,
   waves: int = 1,
+  lowering_platforms: tuple[str, ...] | None = None,
 ) -> jax.stages.Lowered:
   """The decode program `sample_round` runs for these shapes, lowered.
 
   The same jit and argument shardings as `sample_round`, so
   `.compile().as_text()` is the HLO a run executes (`infra.hlo` reads it).
   With `waves` > 1: the program of one wave (S / W slots), which every wave
-  of the round runs.
+  of the round runs. lowering_platforms: lower for another platform than
+  the devices' (e.g. ('cuda',) on a CPU host: tests/test_gpu_lowering.py).
   """
   graphdef, state = nnx.split(model)
   w = int(slots) // int(waves)
   per_slot = np.ones((w,), np.float32)
   group = _slot_group(np.zeros((w,), np.int32), int(group), _mesh_of(state))
   wave_args = () if waves == 1 else (np.int32(0), int(slots))
-  return _round_jit.lower(
+  return _round_jit.trace(
     graphdef,
     _mesh_of(state),
     state,
@@ -938,7 +940,7 @@ def lower_round(
     bool(filter_logits),
     group,
     *wave_args,
-  )
+  ).lower(lowering_platforms=lowering_platforms)
 
 
 def lower_prefill(
@@ -947,6 +949,7 @@ def lower_prefill(
   prompts: int,
   prompt_len: int,
   kv_dtype: Any = None,
+  lowering_platforms: tuple[str, ...] | None = None,
 ) -> jax.stages.Lowered:
   """The program `prefill` runs for B prompts [B, P], lowered.
 
@@ -961,7 +964,9 @@ def lower_prefill(
     jnp.int32,
     sharding=_rows_sharding(mesh, prompts, 2),
   )
-  return _prefill_jit.lower(graphdef, mesh, state, rows, rows, kv_dtype)
+  return _prefill_jit.trace(graphdef, mesh, state, rows, rows, kv_dtype).lower(
+    lowering_platforms=lowering_platforms
+  )
 
 
 def sample(

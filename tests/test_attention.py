@@ -34,6 +34,15 @@ def _left_padded(lengths, width, vocab=64, seed=0):
   return tokens.astype(np.int32), mask
 
 
+def _padded_both_sides(spans, width, vocab=64, seed=0):
+  """Training-row layout: (left pad, real tokens) per row, right pad after."""
+  mask = np.zeros((len(spans), width), np.int32)
+  for i, (left, n) in enumerate(spans):
+    mask[i, left : left + n] = 1
+  tokens = np.random.RandomState(seed).randint(3, vocab, mask.shape) * mask
+  return tokens.astype(np.int32), mask
+
+
 def _loss_and_grads(model, tokens, mask):
   """Masked mean of a nonlinear function of the logits (real positions only)."""
   graphdef, state = nnx.split(model)
@@ -60,7 +69,21 @@ def test_resolve():
   assert attention.resolve('dense', 1, 4096) == 'dense'  # the reference
   assert attention.resolve('auto', 1, 1) == 'dense'  # nothing cached
   assert attention.resolve('auto', 3072, 3072, platform='cpu') == 'chunked'
-  assert attention.resolve('auto', 3072, 3072, platform='gpu') == 'chunked'
+  # GPU: the fused kernel where cuDNN takes the dtype and head dim.
+  bf16 = jnp.bfloat16
+  assert attention.resolve('auto', 3072, 3072, 'gpu', bf16, 128) == 'cudnn'
+  assert attention.resolve('auto', 3072, 3072, 'gpu', jnp.float32, 128) == 'chunked'
+  assert attention.resolve('auto', 3072, 3072, 'gpu', bf16, 12) == 'chunked'
+  assert attention.resolve('auto', 3072, 3072, 'gpu', bf16, 256) == 'chunked'
+  assert attention.resolve('auto', 3072, 4096, 'gpu', bf16, 128) == 'chunked'
+  assert attention.resolve('auto', 1, 4096, 'gpu', bf16, 128) == 'decode'
+  assert attention.resolve('cudnn', 8, 8, 'gpu', bf16, 64) == 'cudnn'
+  assert attention.resolve('cudnn', 8, 20, 'gpu', bf16, 64) == 'chunked'
+  assert attention.resolve('cudnn', 1, 20, 'gpu', bf16, 64) == 'decode'
+  with pytest.raises(ValueError, match="attention='cudnn' needs a bf16/fp16"):
+    attention.resolve('cudnn', 8, 8, 'gpu', jnp.float32, 64)
+  # Off GPU the same call runs XLA's reference, which takes any dtype (tests).
+  assert attention.resolve('cudnn', 8, 8, 'cpu', jnp.float32, 12) == 'cudnn'
   assert attention.resolve('auto', 3072, 3072, platform='tpu') == 'splash'
   assert attention.resolve('auto', 3072, 4096, platform='tpu') == 'chunked'
   assert attention.resolve('auto', 256, 256, platform='tpu') == 'dense'
@@ -367,6 +390,99 @@ def test_chunked_with_cache_prefix(small_blocks, per_row_index):
   np.testing.assert_allclose(outs[1][1], outs[0][1], atol=1e-4)
 
 
+def test_roll_rows_and_its_backward():
+  x = jnp.arange(2 * 5 * 3, dtype=jnp.float32).reshape(2, 5, 3)
+  shift = jnp.array([2, 0], jnp.int32)
+  rolled = attention.roll_rows(x, shift)
+  np.testing.assert_array_equal(rolled[0], np.roll(np.asarray(x[0]), -2, axis=0))
+  np.testing.assert_array_equal(rolled[1], x[1])
+  np.testing.assert_array_equal(attention.roll_rows(rolled, -shift), x)
+  # The custom backward (the opposite roll) equals autodiff's scatter-add.
+  w = jnp.cos(jnp.arange(x.size, dtype=jnp.float32)).reshape(x.shape)
+  custom = jax.grad(lambda a: jnp.sum(attention.roll_rows(a, shift) * w))(x)
+  plain = jax.grad(lambda a: jnp.sum(attention._roll(a, shift) * w))(x)
+  np.testing.assert_array_equal(custom, plain)
+  mask = jnp.array([[0, 0, 1, 1, 0], [1, 1, 0, 0, 0], [0, 0, 0, 0, 0]])
+  np.testing.assert_array_equal(attention.left_pads(mask), [2, 0, 0])
+
+
+def test_fused_attention_of_left_aligned_rows_matches_dense():
+  """The kernel's call (XLA implementation here) on rows rolled to the left."""
+  b, t, h, g, k = 3, 24, 4, 2, 8
+  rs = np.random.RandomState(1)
+  q, kk, v = (jnp.asarray(rs.randn(b, t, n, k), jnp.float32) for n in (h, g, g))
+  tokens, mask = _padded_both_sides([(5, 12), (0, 24), (9, 1)], t)
+  del tokens
+  valid = jnp.asarray(mask, bool)
+  qi = jnp.broadcast_to(jnp.arange(t)[None], (b, t))
+  dense = attention.dense_attention(
+    q,
+    kk.transpose(0, 2, 1, 3),
+    v.transpose(0, 2, 1, 3),
+    attention.dense_mask(qi, valid),
+    jnp.float32,
+  )
+  shift = attention.left_pads(valid)
+  m = attention.make_mask(qi, attention.roll_rows(valid, shift), 'cudnn')
+  np.testing.assert_array_equal(m.lengths, [12, 24, 1])
+  roll = functools.partial(attention.roll_rows, shift=shift)
+  out = attention.fused_attention(roll(q), roll(kk), roll(v), m.lengths, 'cpu')
+  out = attention.roll_rows(out, -shift)
+  np.testing.assert_allclose(
+    np.asarray(out)[mask.astype(bool)], np.asarray(dense)[mask.astype(bool)], atol=1e-5
+  )
+
+
+@pytest.mark.parametrize('remat', ['none', 'block'])
+@pytest.mark.parametrize('layout', ['left', 'both'])
+def test_cudnn_model_matches_dense(remat, layout):
+  """The left-aligning transform: logits and param gradients equal dense's.
+
+  The model runs attention='cudnn' through `jax.nn.dot_product_attention`
+  with implementation='xla' (the CPU row of the platform table), so all but
+  the kernel swap is checked here: left-padded ragged prompts, training rows
+  padded on both sides, a row of padding only. (Without the roll, i.e.
+  left_pads returning zeros, this and the prefill test fail.)
+  """
+  dense = model_lib.with_config(model_lib.create_model(_CONFIG), remat=remat)
+  fused = model_lib.with_config(dense, attention='cudnn')
+  if layout == 'left':
+    tokens, mask = _left_padded([37, 20, 3, 0], 37)
+  else:
+    tokens, mask = _padded_both_sides([(4, 25), (0, 37), (30, 2), (10, 0)], 37)
+  logits_d, grads_d = _loss_and_grads(dense, tokens, mask)
+  logits_f, grads_f = _loss_and_grads(fused, tokens, mask)
+  real = mask.astype(bool)
+  assert np.isfinite(logits_f).all()
+  assert np.abs(logits_f - logits_d)[real].max() <= 1e-4
+  assert _max_grad_diff(grads_f, grads_d) <= 1e-4
+
+
+def test_cudnn_prefill_writes_the_cache_in_the_usual_layout():
+  """A prefill with the fused kernel: logits, K/V cache, and a decode step after."""
+  dense = model_lib.create_model(_CONFIG)
+  fused = model_lib.with_config(dense, attention='cudnn')
+  tokens, mask = _left_padded([20, 9, 2], 20)
+  pos = model_lib.positions_from_mask(jnp.asarray(mask))
+  outs = []
+  for model in (dense, fused):
+    cache = model_lib.init_cache(_CONFIG, 3, 20)
+    logits, cache = model(
+      jnp.asarray(tokens), pos, cache, jnp.int32(0), jnp.asarray(mask)
+    )
+    outs.append((np.asarray(logits), cache))
+  real = mask.astype(bool)
+  np.testing.assert_allclose(outs[1][0][real], outs[0][0][real], atol=1e-4)
+  (_, c_d), (_, c_f) = outs
+  np.testing.assert_array_equal(c_f.valid, c_d.valid)
+  for a, b in zip(c_f.k + c_f.v, c_d.k + c_d.v, strict=True):
+    np.testing.assert_allclose(
+      np.asarray(a).transpose(0, 2, 1, 3)[real],
+      np.asarray(b).transpose(0, 2, 1, 3)[real],
+      atol=1e-5,
+    )
+
+
 def _t_by_t_shapes(hlo: str, t: int) -> list[str]:
   """Array shapes in HLO text with two or more dims of size >= t."""
   found = []
@@ -503,10 +619,13 @@ def test_splash_shard_map_wrapper(monkeypatch, mesh_shape):
 
 
 @pytest.mark.parametrize(
-  'impl', ['chunked', pytest.param('splash', marks=pytest.mark.slow)]
+  'impl', ['chunked', 'cudnn', pytest.param('splash', marks=pytest.mark.slow)]
 )
 def test_sharded_model_matches_dense(small_blocks, impl):
-  """The model on 8 devices (TRAIN_RULES); splash: shard_map + Pallas interpret."""
+  """The model on 8 devices (TRAIN_RULES); splash: shard_map + Pallas interpret.
+
+  cudnn: the left-aligning rolls of sharded rows (XLA's reference kernel).
+  """
   mesh = sharding_lib.make_mesh((2, 2, 2))
   dense = sharding_lib.create_sharded_model(_CONFIG, mesh)
   other = model_lib.with_config(dense, attention=impl)

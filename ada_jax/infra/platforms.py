@@ -8,11 +8,16 @@ The target travels with the model as `ModelConfig.platform` (static, so a
 program traced for one target is never reused for another); '' means the
 running backend, which is the default everywhere.
 
-| platform | 'auto' attention at T >= CHUNKED_MIN_T, S == T | round cache of a long response | splash kernel | top-p sort |
-|---|---|---|---|---|
-| tpu | splash (Pallas/Mosaic kernel) | stacked [S, G, N, K], read by the decode loop's fused slices | compiled | whole rows, slots over tensor too |
-| gpu | chunked (plain JAX) | stacked [S, G, N, K] | interpret (tests only) | whole rows, slots over tensor too |
-| cpu | chunked (plain JAX) | blocks of tk keys, one buffer each (XLA:CPU copies a loop's slice) | interpret (tests only) | as the logits are laid out |
+| platform | 'auto' attention at T >= CHUNKED_MIN_T, S == T | round cache of a long response | splash kernel | fused kernel (attention='cudnn') | top-p sort |
+|---|---|---|---|---|---|
+| tpu | splash (Pallas/Mosaic kernel) | stacked [S, G, N, K], read by the decode loop's fused slices | compiled | XLA reference (tests only) | whole rows, slots over tensor too |
+| gpu | cudnn where bf16/fp16 and head dim fit, else chunked | stacked [S, G, N, K] | interpret (tests only) | cuDNN flash attention | whole rows, slots over tensor too |
+| cpu | chunked (plain JAX) | blocks of tk keys, one buffer each (XLA:CPU copies a loop's slice) | interpret (tests only) | XLA reference (tests only) | as the logits are laid out |
+
+A config may name a kernel only for the platform it is compiled for
+(`KERNELS`: attention='splash' needs a TPU target, 'cudnn' a GPU one): the
+other rows run them only in tests (interpret mode, XLA's reference), far
+slower than chunked attention, so `config_rules` refuses them there.
 
 The reasons for each row live beside the code that uses it
 (`attention.resolve`, `attention.round_cache_blocked`,
@@ -37,7 +42,7 @@ class Platform:
 
   name: str
   # What attention='auto' runs for a long training forward or prefill
-  # (T >= CHUNKED_MIN_T, no cache prefix): 'splash' or 'chunked'.
+  # (T >= CHUNKED_MIN_T, no cache prefix): 'splash', 'cudnn' or 'chunked'.
   long_attention: str
   # A sampler round's own response cache, when the decode loop reads it
   # (more than DECODE_WHOLE_MAX_BLOCKS blocks), held as separate blocks.
@@ -50,6 +55,10 @@ class Platform:
   # number of whole-vocab copies (libtpu: up to 4.4 per slot). XLA:CPU's
   # all-to-all costs more copies than its gather saves at test sizes.
   filter_rows_spread: bool
+  # `jax.nn.dot_product_attention`'s implementation for attention='cudnn':
+  # the cuDNN kernel on GPU; XLA's dense reference elsewhere (tests: the
+  # left-aligning transform checked on CPU through the same call).
+  fused_kernel: str = 'xla'
 
 
 TABLE: dict[str, Platform] = {
@@ -62,10 +71,11 @@ TABLE: dict[str, Platform] = {
   ),
   'gpu': Platform(
     'gpu',
-    long_attention='chunked',
+    long_attention='cudnn',
     round_cache_blocked=False,
     splash_compiled=False,
     filter_rows_spread=True,
+    fused_kernel='cudnn',
   ),
   'cpu': Platform(
     'cpu',
@@ -75,6 +85,10 @@ TABLE: dict[str, Platform] = {
     filter_rows_spread=False,
   ),
 }
+
+
+# Attention kernels a config may name, by the platform they compile for.
+KERNELS = {'splash': 'tpu', 'cudnn': 'gpu'}
 
 
 def name(target: str | None = None) -> str:

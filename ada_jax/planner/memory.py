@@ -460,7 +460,7 @@ def _layer_params(c: model_lib.ModelConfig, w: int, tensor: int) -> int:
 
 def attention_impl(c: model_lib.ModelConfig, t: int, backend: str) -> str:
   """What `attention=` runs for a T-token training forward on `backend`."""
-  return attention_lib.resolve(c.attention, t, t, backend)
+  return attention_lib.resolve(c.attention, t, t, backend, c.dtype, c.head_dim)
 
 
 def _layer_bytes(
