@@ -545,7 +545,45 @@ def _cross_rl(c: Any) -> None:
     )
 
 
-CROSS_RULES: tuple[Callable[[Any], None], ...] = (_cross_model, _cross_data, _cross_rl)
+def target_platform(c: Any) -> str:
+  """The platform a config's programs are built for (`infra.platforms` name).
+
+  A `tpu=` preset's TPU, a `gpu=` preset's GPU, else the running backend.
+  """
+  from ada_jax.infra import platforms
+
+  if c.get('pod', ''):
+    return 'tpu'
+  if c.get('gpu', ''):
+    return 'gpu'
+  return platforms.name('')
+
+
+def _cross_platform(c: Any) -> None:
+  from ada_jax.infra import platforms
+
+  attention = c.model.get('attention', 'auto')
+  need = platforms.KERNELS.get(attention)
+  if need is None:
+    return
+  target = target_platform(c)
+  if target != need:
+    # Off its platform the kernel runs only as a test stand-in (Pallas
+    # interpret mode, XLA's dense reference): far slower than 'chunked'.
+    raise ConfigError(
+      f'config model.attention={attention!r} is the {need.upper()} kernel; this '
+      f"config's programs are built for {target} (no "
+      f'{"tpu=" if need == "tpu" else "gpu="} preset, running on {platforms.name("")}): '
+      "use 'auto'"
+    )
+
+
+CROSS_RULES: tuple[Callable[[Any], None], ...] = (
+  _cross_platform,
+  _cross_model,
+  _cross_data,
+  _cross_rl,
+)
 
 
 def validate(c: Any, resolve: Callable[[Any], None] | None = None) -> None:

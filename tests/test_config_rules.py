@@ -104,6 +104,30 @@ def test_bad_values_name_the_key_and_the_range(key, value, message):
   assert message in text and '\n' not in text
 
 
+@pytest.mark.parametrize(
+  'arg, attention, refused',
+  [
+    ('', 'splash', True),  # This CPU host, no preset: a TPU kernel.
+    ('', 'cudnn', True),
+    ('tpu=v5p-64', 'splash', False),
+    ('tpu=v5p-64', 'cudnn', True),
+    ('gpu=8xh100', 'cudnn', False),
+    ('gpu=8xh100', 'splash', True),
+    ('', 'auto', False),
+    ('', 'chunked', False),
+  ],
+)
+def test_a_kernel_needs_its_platform(arg, attention, refused):
+  """attention='splash' off a TPU target, 'cudnn' off a GPU one: one line."""
+  c = _module('qwen25_math_1p5b').get_config(arg)
+  c.model.attention = attention
+  if refused:
+    with pytest.raises(config_rules.ConfigError, match=r"^config model\.attention='"):
+      config_rules._cross_platform(c)
+  else:
+    config_rules._cross_platform(c)
+
+
 def test_good_edge_values_pass():
   c = _module('tiny_arith').get_config()
   c.mesh.data = -1
