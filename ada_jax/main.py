@@ -33,9 +33,12 @@ completed step, or, where that write would not fit the preemption notice, at
 once without one (the line names the step it resumes from): rerun the same
 command to resume.
 
-Multi-host: with ADA_DISTRIBUTED=1 (set by launch_tpu.sh) every process calls
-jax.distributed.initialize() (TPU auto-detection); with ADA_COORDINATOR,
-ADA_NUM_PROCESSES and ADA_PROCESS_ID it initialises explicitly (CPU tests).
+Multi-host: with ADA_DISTRIBUTED=1 (set by launch_tpu.sh; on GPU clusters by
+the batch script) every process calls jax.distributed.initialize(), which
+detects a TPU pod, SLURM or Open MPI; with ADA_COORDINATOR,
+ADA_NUM_PROCESSES and ADA_PROCESS_ID it initialises explicitly (plain ssh
+launches, the CPU tests); the explicit variables win where both are set
+(`infra.multihost.distributed_init_kwargs`, README "Multi-node GPU").
 What process 0 decides alone (the config checks, the workdir and its lease,
 a restart, an optional import) is agreed across processes, so every process
 exits with the same code and none waits in a collective.
