@@ -345,6 +345,7 @@ def time_lines(
     histogram_prompts=rl.histogram_prompts,
     histogram_k=rl.histogram_k,
     checkpoint_every=c.checkpoint.every,
+    checkpoint_every_minutes=float(c.checkpoint.get('every_minutes', 0)),
     hosts=hosts,
     write_gbps=write_gbps,
     attention=cfg.attention,
@@ -363,10 +364,12 @@ def time_lines(
         s.total_seconds,
       )
     )
+  every_minutes = float(c.checkpoint.get('every_minutes', 0))
+  minutes = f' or {every_minutes:g} min' if every_minutes > 0 else ''
   parts.append(
     (
       f'checkpoint writes: {run.checkpoints} x {_seconds(run.write.seconds)} (every '
-      f'{c.checkpoint.every} steps, at {run.write.gbps:g} GB/s per host)',
+      f'{c.checkpoint.every} steps{minutes}, at {run.write.gbps:g} GB/s per host)',
       run.checkpoint_seconds,
     )
   )

@@ -70,6 +70,31 @@ def test_checkpoints_follow_checkpoint_every(steps, every, want):
   assert run_time.checkpoint_count(0, every) == 0
 
 
+@pytest.mark.parametrize(
+  'step_s, minutes, want',
+  [
+    (279.6, 30, 64),  # 7B on v4-32: steps 7, 14, .., 49, 50, 57, ..: 8 per 50.
+    (103.5, 30, 24),  # 7B on v5p-64: steps 18, 36, 50, 68, ..: 3 per 50.
+    (600.0, 30, 136),  # Steps 3, 6, .., 48, 50, 53, ..: 17 per 50.
+    (1.0, 30, 8),  # Steps too short for the clock: the interval decides.
+    (279.6, 0, 8),  # every_minutes off.
+  ],
+)
+def test_checkpoints_also_follow_every_minutes(step_s, minutes, want):
+  """A write at the first step boundary every_minutes after the last one."""
+  assert run_time.checkpoint_count(400, 50, minutes, step_s) == want
+
+
+def test_the_run_counts_the_timed_checkpoints():
+  run = _run(steps=20, step_seconds=100.0, checkpoint_every=50)
+  assert run.checkpoints == 1  # The end only.
+  timed = _run(
+    steps=20, step_seconds=100.0, checkpoint_every=50, checkpoint_every_minutes=5
+  )
+  assert timed.checkpoints == 7  # Steps 3, 6, .., 18 and the end.
+  assert timed.checkpoint_seconds == pytest.approx(7 * run.write.seconds)
+
+
 def test_in_run_evaluations_skip_the_last_step():
   assert run_time.in_run_evaluations(10, 4) == 2  # Steps 4 and 8.
   assert run_time.in_run_evaluations(8, 4) == 1  # 8 is the last: after RL.

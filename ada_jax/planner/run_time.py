@@ -11,9 +11,12 @@ A training run (`rl/fit.py`) does, one after another:
   the steps:  `rl.steps` RL steps, each at least the step's roofline
               (`step_time.estimate`); after every `rl.eval_every`-th step but
               the last, the greedy evaluation (no detail);
-  checkpoints: one every `checkpoint.every` steps (`Checkpointer.should_save`)
-              and a forced one at the end when the last step is off the
-              interval: ceil(steps / every) writes, each
+  checkpoints: one every `checkpoint.every` steps (`Checkpointer.should_save`),
+              one at the first step boundary `checkpoint.every_minutes`
+              after the last (steps at their roofline: a lower bound on
+              the step time, so on these writes too, an upper bound on the
+              steps between them) and a forced one at the end when the last
+              step wrote none (`checkpoint_count`), each
               `checkpoint_time.write_seconds` at an assumed per-host write
               bandwidth. A write runs in the background while the next step
               runs; it is counted in full here, as the next save (or the end
@@ -136,9 +139,22 @@ def scoring_seconds(
   return math.ceil(prompts / per) * (prefill.seconds + rounds_phase.seconds)
 
 
-def checkpoint_count(steps: int, every: int) -> int:
-  """Checkpoint writes of `steps` RL steps: every `every`, and one at the end."""
-  return math.ceil(steps / every) if steps > 0 else 0
+def checkpoint_count(
+  steps: int, every: int, every_minutes: float = 0.0, step_seconds: float = 0.0
+) -> int:
+  """Checkpoint writes of `steps` RL steps of `step_seconds` each.
+
+  As `Checkpointer.should_save` decides them: at every `every`-th step, at
+  the first step boundary `every_minutes` (> 0) after the last write (the
+  clock starts with RL), and one at the end when the last step wrote none.
+  """
+  count, last = 0, 0.0
+  for step in range(1, steps + 1):
+    now = step * step_seconds
+    timed = every_minutes > 0 and now - last >= every_minutes * 60
+    if step % every == 0 or timed or step == steps:
+      count, last = count + 1, now
+  return count
 
 
 def in_run_evaluations(steps: int, eval_every: int) -> int:
@@ -163,6 +179,7 @@ def estimate(
   histogram_k: int,
   checkpoint_every: int,
   hosts: int,
+  checkpoint_every_minutes: float = 0.0,
   write_gbps: float = checkpoint_time.WRITE_GBPS,
   attention: str = 'auto',
   sample_bytes: int = 2,
@@ -186,6 +203,7 @@ def estimate(
     histogram_prompts: prompts of the pass-rate histogram.
     histogram_k: its samples per prompt.
     checkpoint_every: `checkpoint.every`, in steps.
+    checkpoint_every_minutes: `checkpoint.every_minutes` (0: off).
     hosts: the pod's hosts (each writes its share of a checkpoint).
     write_gbps: assumed per-host storage write bandwidth, GB/s.
     attention: the config's `model.attention`.
@@ -215,7 +233,9 @@ def estimate(
     steps=steps,
     step_seconds=step_seconds,
     scorings=tuple(s for s in scorings if s.runs and s.prompts and s.k),
-    checkpoints=checkpoint_count(steps, checkpoint_every),
+    checkpoints=checkpoint_count(
+      steps, checkpoint_every, checkpoint_every_minutes, step_seconds
+    ),
     write=checkpoint_time.write_seconds(c, hosts, write_gbps),
     chips=math.prod(mesh),
   )
