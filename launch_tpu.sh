@@ -621,7 +621,9 @@ cmd_stop() {
 pid=$(cat "$PID_FILE")
 if kill -0 "$pid" 2>/dev/null && (( ! FORCE )); then
   # SIGTERM to the main process only, as a preemption does: the trainer saves
-  # a checkpoint at the next step on every host, then exits.
+  # the last completed step at once on every host and exits (a step in
+  # sampling is dropped, one in its update finishes first); where the plan's
+  # write would miss the preemption notice it exits at once without one.
   kill -TERM "$pid"
   for (( t = 0; t < GRACE; t++ )); do kill -0 "$pid" 2>/dev/null || break; sleep 1; done
   if kill -0 "$pid" 2>/dev/null; then echo "$(hostname): still running after ${GRACE}s, SIGKILL" >&2; fi
