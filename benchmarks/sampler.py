@@ -265,51 +265,91 @@ def run_ours(
   res['greedy'] = np.asarray(greedy.tokens).tolist()
 
   for rows in args.rows:
-    tok, mask = data[f'a{rows}_tokens'], data[f'a{rows}_mask']
-
-    def call(seed: int, tok=tok, mask=mask) -> int:
-      out = sampler.sample(
-        model,
-        tok,
-        mask,
-        max_new_tokens=NEW_TOKENS,
-        rng=jax.random.key(seed),
-        temperature=1.0,
-        filter_logits=False,
-      )
-      return int(np.asarray(jax.block_until_ready(out).lengths).sum())
-
     log(f'ours: case A, B={rows}')
-    res[f'a{rows}'] = timed(call, args.repeats)
+    res[f'a{rows}'] = ours_case_a(
+      model, data[f'a{rows}_tokens'], data[f'a{rows}_mask'], args.repeats
+    )
 
   if not args.skip_rl:
-    slot_prompt = np.repeat(np.arange(CASE_B['prompts']), CASE_B['samples'])
-
-    def rl_step(seed: int, rounds: int = CASE_B['rounds']) -> int:
-      cache = sampler.prefill(model, data['b_tokens'], data['b_mask'])
-      tokens = 0
-      for k in range(rounds):
-        out = sampler.sample_round(
-          model,
-          cache,
-          slot_prompt,
-          max_new_tokens=NEW_TOKENS,
-          rng=jax.random.key(seed * rounds + k),
-          temperature=1.0,
-          top_p=1.0,
-          top_k=0,
-          eos_ids=(),
-          filter_logits=False,
-          # The controller's paper schedule: a prompt's M slots side by side.
-          group=CASE_B['samples'],
-        )
-        # The controller reads each round's results before the next round.
-        tokens += int(np.asarray(jax.block_until_ready(out).lengths).sum())
-      return tokens
-
     log('ours: case B')
-    res['b'] = timed(rl_step, args.rl_repeats, lambda: rl_step(0, rounds=1))
+    res['b'] = ours_rl_case(model, data['b_tokens'], data['b_mask'], args.rl_repeats)
   return res
+
+
+def ours_case_a(
+  model: Any,
+  tokens: np.ndarray,
+  mask: np.ndarray,
+  repeats: int,
+  new_tokens: int = NEW_TOKENS,
+) -> dict[str, Any]:
+  """Case A for ours: `sample` of the [B, P] prompts, timed (see `timed`).
+
+  Also the long response's overall figure (`run_long`).
+  """
+  import jax
+
+  from ada_jax import sampler
+
+  def call(seed: int) -> int:
+    out = sampler.sample(
+      model,
+      tokens,
+      mask,
+      max_new_tokens=new_tokens,
+      rng=jax.random.key(seed),
+      temperature=1.0,
+      filter_logits=False,
+    )
+    return int(np.asarray(jax.block_until_ready(out).lengths).sum())
+
+  return timed(call, repeats)
+
+
+def ours_rl_case(
+  model: Any,
+  tokens: np.ndarray,
+  mask: np.ndarray,
+  repeats: int,
+  *,
+  samples: int = CASE_B['samples'],
+  rounds: int = CASE_B['rounds'],
+  new_tokens: int = NEW_TOKENS,
+) -> dict[str, Any]:
+  """Case B for ours: `prefill` of the [B, P] prompts, then `rounds` rounds.
+
+  Each round is one `sample_round` over B x samples slots; the warm-up is
+  one round.
+  """
+  import jax
+
+  from ada_jax import sampler
+
+  slot_prompt = np.repeat(np.arange(len(tokens)), samples)
+
+  def rl_step(seed: int, rounds: int = rounds) -> int:
+    cache = sampler.prefill(model, tokens, mask)
+    generated = 0
+    for k in range(rounds):
+      out = sampler.sample_round(
+        model,
+        cache,
+        slot_prompt,
+        max_new_tokens=new_tokens,
+        rng=jax.random.key(seed * rounds + k),
+        temperature=1.0,
+        top_p=1.0,
+        top_k=0,
+        eos_ids=(),
+        filter_logits=False,
+        # The controller's paper schedule: a prompt's M slots side by side.
+        group=samples,
+      )
+      # The controller reads each round's results before the next round.
+      generated += int(np.asarray(jax.block_until_ready(out).lengths).sum())
+    return generated
+
+  return timed(rl_step, repeats, lambda: rl_step(0, rounds=1))
 
 
 def run_transformers(
@@ -760,28 +800,13 @@ def run_long(
   model_dir: str, data: dict[str, np.ndarray], args: argparse.Namespace
 ) -> dict[str, Any]:
   """The long response: overall tokens/s, and of the first and last quarter's steps."""
-  import jax
-
-  from ada_jax import hf, sampler
+  from ada_jax import hf
 
   model = hf.load_model(model_dir)
   tok, mask, n = data['long_tokens'], data['long_mask'], LONG['new_tokens']
   s = len(tok)
-
-  def call(seed: int) -> int:
-    out = sampler.sample(
-      model,
-      tok,
-      mask,
-      max_new_tokens=n,
-      rng=jax.random.key(seed),
-      temperature=1.0,
-      filter_logits=False,
-    )
-    return int(np.asarray(jax.block_until_ready(out).lengths).sum())
-
   log('ours: long response, whole rounds')
-  res: dict[str, Any] = {'overall': timed(call, args.rl_repeats)}
+  res: dict[str, Any] = {'overall': ours_case_a(model, tok, mask, args.rl_repeats, n)}
   r = _Round(model, tok, mask, np.arange(s), n)
   res.update(quarter_steps(r, n, s, args.profile_repeats, LONG_ROUNDS))
   log('ours: long response, the stream rate of one core and of all')
