@@ -41,6 +41,11 @@ def _load(name: str, arg: str):
   return from_config.load(f'{ROOT}/configs/{name}.py:{arg}')
 
 
+def test_gpu_hosts_know_the_planners_gpu_chips():
+  want = tuple(k for k, c in chips.CHIPS.items() if c.platform == 'gpu')
+  assert want == gpu_hosts.GPU_CHIPS
+
+
 def test_presets_parse_to_gpu_hosts():
   assert common.GPU_PRESETS == ('1xh100', '8xh100', '8xh200')
   for spec, (chip, gpus, hosts) in {

@@ -1,9 +1,10 @@
 """GPU machines by preset name: `8xh100` is eight H100s on one host.
 
 A preset names the total GPU count and the chip, `NxCHIP` (`1xh100`,
-`8xh100`, `8xh200`, `16xh100`), CHIP one of the GPU entries of
-`planner.chips` (platform 'gpu'). One GPU is one JAX device. Hosts hold
-GPUS_PER_HOST GPUs, as the paper's 8xH100 node (and every DGX/HGX H100 or
+`8xh100`, `8xh200`, `16xh100`), CHIP one of GPU_CHIPS: the GPU entries of
+`planner.chips` (platform 'gpu'; infra sits below the planner, so the
+names are listed here and tests/test_gpu_plan.py keeps the two in step).
+One GPU is one JAX device. Hosts hold GPUS_PER_HOST GPUs, as the paper's 8xH100 node (and every DGX/HGX H100 or
 H200 node) does: N up to 8 is one host of N (1, 2, 4 or 8), beyond that N
 is whole hosts of 8 (hosts = N / 8). The host count sizes what is per host
 in the plan (checkpoint writes: each host writes its share).
@@ -20,6 +21,8 @@ import dataclasses
 import re
 
 GPUS_PER_HOST = 8
+# planner.chips' keys of platform 'gpu'.
+GPU_CHIPS = ('h100', 'h200')
 # A preset larger than this is a typo, not a machine anyone plans for here.
 MAX_GPUS = 4096
 
@@ -41,13 +44,6 @@ class GpuHosts:
     return self.gpus // self.gpus_per_host
 
 
-def gpu_chips() -> tuple[str, ...]:
-  """The planner's GPU chip names (platform 'gpu'), e.g. ('h100', 'h200')."""
-  from ada_jax.planner import chips
-
-  return tuple(k for k, c in chips.CHIPS.items() if c.platform == 'gpu')
-
-
 def hosts(spec: str) -> GpuHosts:
   """The GPUs of a preset name, e.g. '8xh100'.
 
@@ -55,7 +51,7 @@ def hosts(spec: str) -> GpuHosts:
     ValueError: one line naming the preset, when it is not NxCHIP with a
       known GPU chip and N of 1, 2, 4 or a multiple of 8 (whole hosts).
   """
-  known = gpu_chips()
+  known = GPU_CHIPS
   m = re.fullmatch(r'(\d+)x([a-z0-9]+)', spec.strip().lower())
   if m is None:
     raise ValueError(
