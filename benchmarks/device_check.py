@@ -20,9 +20,10 @@ figures against their references:
               prefilled once, rounds of `sample_round` over B x k slots).
               Both: tokens/s and the roofline fraction 2 x params x tokens /
               time / peak FLOP/s (the benchmark's `summarize`), the peak
-              being the chip's dense bf16 one (planner.chips; the model is
-              fp32, so it is a ceiling the chip cannot reach here) or, on
-              CPU, the fp32 matmul peak measured as the benchmark does;
+              being the chip's dense bf16 one (planner.chips; the model
+              computes in bf16 there) or, on CPU, the fp32 matmul peak
+              measured as the benchmark does (the model in fp32, as the
+              benchmark runs it);
   RL step     one RL step of a randomly initialised model with the widths
               of Qwen2.5-Math-1.5B (planner.models' paper model) at L
               layers, fp32 master weights and bf16 compute, remat='block',
@@ -328,21 +329,32 @@ def tiny_job(out: pathlib.Path) -> dict[str, Any]:
 
 
 @functools.cache
-def sampler_model() -> tuple[Any, int]:
-  """The sampler benchmark's random model (its `MODEL` shapes) and its params."""
+def sampler_model(sizes: Sizes) -> tuple[Any, int]:
+  """The sampler benchmark's random model (its `MODEL` shapes) and its params.
+
+  Computing in the sizes' dtype: bf16 on an accelerator, so the roofline
+  against the chip's bf16 peak is one the model can reach; fp32 on CPU, as
+  the benchmark runs it.
+  """
+  import jax.numpy as jnp
+
   from ada_jax import hf
   from ada_jax import model as model_lib
 
   config = hf.config_from_hf(dict(bench.MODEL, model_type='qwen2'))
+  config = dataclasses.replace(config, dtype=jnp.dtype(sizes.dtype))
   model = model_lib.create_model(config)
   return model, model_lib.count_params(model)
 
 
 def _sampler_figures(
-  case: dict[str, Any], chip: chips_lib.Chip | None, label: str, **shapes: int
+  case: dict[str, Any],
+  chip: chips_lib.Chip | None,
+  label: str,
+  n_params: int,
+  **shapes: int,
 ) -> dict[str, Any]:
   """The benchmark's summary of a timed case; the roofline None without a chip."""
-  _, n_params = sampler_model()
   peak = chip.bf16_flops if chip else None
   out = bench.summarize(case, n_params, peak or math.nan)
   out['roofline'] = out['roofline'] if peak else None
@@ -358,7 +370,7 @@ def _sampler_figures(
 
 def sampler_case_a(sizes: Sizes, chip: chips_lib.Chip | None) -> dict[str, Any]:
   """The sampler benchmark's case A for ours."""
-  model, _ = sampler_model()
+  model, n_params = sampler_model(sizes)
   rs = np.random.RandomState(0)
   tokens, mask = bench.left_padded(rs, sizes.a_rows, sizes.a_width, *sizes.a_lengths)
   bench.log(
@@ -367,13 +379,13 @@ def sampler_case_a(sizes: Sizes, chip: chips_lib.Chip | None) -> dict[str, Any]:
   case = bench.ours_case_a(model, tokens, mask, sizes.repeats, sizes.new_tokens)
   label = f'B={sizes.a_rows}, P={sizes.a_width}, N={sizes.new_tokens}'
   return _sampler_figures(
-    case, chip, label, rows=sizes.a_rows, prompt_len=sizes.a_width
+    case, chip, label, n_params, rows=sizes.a_rows, prompt_len=sizes.a_width
   )
 
 
 def sampler_rl_case(sizes: Sizes, chip: chips_lib.Chip | None) -> dict[str, Any]:
   """The sampler benchmark's RL case (case B) for ours."""
-  model, _ = sampler_model()
+  model, n_params = sampler_model(sizes)
   rs = np.random.RandomState(1)
   w = sizes.rl_width
   tokens, mask = bench.left_padded(rs, sizes.rl_prompts, w, w, w)
@@ -391,7 +403,9 @@ def sampler_rl_case(sizes: Sizes, chip: chips_lib.Chip | None) -> dict[str, Any]
     rounds=sizes.rl_rounds,
     new_tokens=sizes.new_tokens,
   )
-  return _sampler_figures(case, chip, label, prompts=sizes.rl_prompts, prompt_len=w)
+  return _sampler_figures(
+    case, chip, label, n_params, prompts=sizes.rl_prompts, prompt_len=w
+  )
 
 
 def step_config(sizes: Sizes, layers: int) -> Any:
