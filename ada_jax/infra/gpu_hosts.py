@@ -6,8 +6,9 @@ A preset names the total GPU count and the chip, `NxCHIP` (`1xh100`,
 names are listed here and tests/test_gpu_plan.py keeps the two in step).
 One GPU is one JAX device. Hosts hold GPUS_PER_HOST GPUs, as the paper's
 8xH100 node (and every DGX/HGX H100 or H200 node) does: N up to 8 is one
-host of N (1, 2, 4 or 8), beyond that N is whole hosts of 8 (hosts = N / 8). The host count sizes what is per host
-in the plan (checkpoint writes: each host writes its share).
+host of N (1, 2, 4 or 8), beyond that N is whole hosts of 8 (hosts =
+N / 8). The host count sizes what is per host in the plan (checkpoint
+writes: each host writes its share).
 
 Unlike a TPU slice (`infra/tpu_pods.py`) there is no topology to compile
 against: the plan's memory figure per GPU is what JAX may allocate on it
