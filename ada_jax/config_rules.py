@@ -566,6 +566,11 @@ def _cross_platform(c: Any) -> None:
   need = platforms.KERNELS.get(attention)
   if need is None:
     return
+  if attention == 'cudnn' and c.model.get('dtype', 'float32') == 'float32':
+    raise ConfigError(
+      "config model.attention='cudnn' needs model.dtype='bfloat16' (cuDNN's fused "
+      "attention takes bf16/fp16 only); use 'auto', which takes chunked in fp32"
+    )
   target = target_platform(c)
   if target != need:
     # Off its platform the kernel runs only as a test stand-in (Pallas

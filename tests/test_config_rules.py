@@ -128,6 +128,14 @@ def test_a_kernel_needs_its_platform(arg, attention, refused):
     config_rules._cross_platform(c)
 
 
+def test_cudnn_needs_a_bf16_compute_dtype():
+  c = _module('qwen25_math_1p5b').get_config('gpu=8xh100')
+  c.model.attention = 'cudnn'
+  c.model.dtype = 'float32'
+  with pytest.raises(config_rules.ConfigError, match=r"needs model\.dtype='bfloat16'"):
+    config_rules._cross_platform(c)
+
+
 def test_good_edge_values_pass():
   c = _module('tiny_arith').get_config()
   c.mesh.data = -1
