@@ -544,9 +544,11 @@ pod_command() {  # CMD MODULE JOB_DIR "REQUIRED_ARGS" "GS_ARGS" ARG...
   done
   for o in "$@"; do [[ $o == --config.* ]] && overrides+=("$o"); done
   config=$(arg_value --config "$@")
-  # evaluate's new tokens size its chunk in the plan.
+  # evaluate's new tokens size its chunk in the plan; its --slots is checked.
   v=$(arg_value --max-new-tokens "$@")
   [[ -z $v ]] || overrides+=(--eval-new-tokens "$v")
+  v=$(arg_value --slots "$@")
+  [[ -z $v || $cmd != eval ]] || overrides+=(--eval-slots "$v")
   [[ -z $config ]] || check_here "$cmd" "$config" ${overrides[@]+"${overrides[@]}"}
   describe_pod
   note "1/2: check every worker is set up and its TPU is free (all or none start)"

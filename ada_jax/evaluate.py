@@ -314,7 +314,9 @@ def evaluate(
     max_new_tokens: capped by the position limit minus `data.prompt_bucket`.
     temperature: 1.0 for Ave@k; 0 for greedy (then use k=1).
     slots: slots per sampler chunk; default `rl.slots`, halved until the
-      plan's evaluation phase fits a device (`from_config.command_slots`).
+      plan's evaluation phase fits a device (`from_config.command_slots`);
+      given, a chunk the plan says does not fit is refused
+      (`from_config.command_slots_problem`).
     seed: PRNG seed of the samples (the reference: 42).
     verify_fn: replaces `verifier.verify_batch` (tests); called with
       `backend=` for any grader but ours.
@@ -360,6 +362,12 @@ def evaluate(
     max_new_tokens = limit
   if slots is None:  # The largest chunk whose plan fits a device.
     slots = from_config.command_slots(c, model.config, 'evaluation', max_new_tokens)
+  else:  # The user's chunk, checked against the plan before any sampling.
+    problem = from_config.command_slots_problem(
+      c, model.config, 'evaluation', max_new_tokens, slots
+    )
+    if problem:
+      raise from_config.ConfigError(f'evaluate {problem}')
   scorers = {g: from_config.scorer(c, tok, verify_fn, backend=g) for g in needed}
   results, dropped = {}, {}
   for i, (name, split) in enumerate(sets):  # Keyed by the name as given.

@@ -386,46 +386,29 @@ def command_slots(
   (a CPU host) `rl.slots` as it is. `hbm` (bytes) and `devices` default to
   the config's preset (`pod_memory`), else this machine.
   """
-  from ada_jax.infra import platforms
-  from ada_jax.planner import memory as memory_plan
+  from ada_jax.planner import layout as layout_lib
 
   slots = int(c.rl.slots)
-  if hbm is None:
-    _, hbm = pod_memory(c)
-  if hbm is None:
+  setup = _command_plan(c, cfg, new_tokens, hbm, devices)
+  if setup is None:
     return slots
-  target = preset(c)
-  platform = target.platform if target is not None else ''
-  if devices is None and target is not None:
-    devices = target.devices
-  elif devices is None:
-    import jax
-
-    devices = jax.device_count()
-  mesh = memory_plan.resolve_mesh(dict(c.mesh), devices)
-  dp = mesh[0] * mesh[1]  # Slots are split over data x fsdp.
-  shapes = step_shapes(c, cfg, new_tokens)
-  backend = platforms.name(platform)
+  hbm, dp, phase_bytes = setup
   # The chunk leaves the layout rule's headroom free where a smaller chunk
   # can: the plan is within about 20% of the compiled programs, and a
   # smaller chunk only means more chunks.
-  from ada_jax.planner import layout as layout_lib
-
   roomy = (1 - layout_lib.HEADROOM) * hbm
   while True:
-    p = memory_plan.plan(
-      cfg, dataclasses.replace(shapes, slots=slots), mesh, backend=backend
-    )
+    got = phase_bytes(phase, slots)
     half = slots // 2
-    if p.phase_bytes(phase) <= roomy or half < dp or half % dp:
+    if got <= roomy or half < dp or half % dp:
       break
     slots = half
-  if p.phase_bytes(phase) > hbm:
+  if got > hbm:
     logging.warning(
       '%s: %.1f GiB per device even at %d slots per chunk, over the %.0f GiB '
       'of HBM (see python -m ada_jax.plan)',
       phase,
-      p.phase_bytes(phase) / 2**30,
+      got / 2**30,
       slots,
       hbm / 2**30,
     )
@@ -438,6 +421,73 @@ def command_slots(
       hbm / 2**30,
     )
   return slots
+
+
+def command_slots_problem(
+  c: Any,
+  cfg: Any,
+  phase: str,
+  new_tokens: int,
+  slots: int,
+  *,
+  hbm: float | None = None,
+  devices: int | None = None,
+) -> str | None:
+  """Why a user's `--slots` per chunk will not run, or None.
+
+  The slots split over the data x fsdp shards, and the command's phase of
+  the plan at that chunk must fit a device's memory (`command_slots` picks
+  the largest chunk that does when `--slots` is not given). None where the
+  memory is not known (a CPU host). `hbm` and `devices` as `command_slots`.
+  """
+  setup = _command_plan(c, cfg, new_tokens, hbm, devices)
+  if setup is None:
+    return None
+  hbm, dp, phase_bytes = setup
+  if slots < dp or slots % dp:
+    return f'--slots {slots}: not a multiple of the data-parallel size {dp}'
+  got = phase_bytes(phase, slots)
+  if got <= hbm:
+    return None
+  fits = command_slots(c, cfg, phase, new_tokens, hbm=hbm, devices=devices)
+  return (
+    f'--slots {slots}: {got / 2**30:.1f} GiB per device does NOT fit '
+    f'{hbm / 2**30:.1f} GiB (plan, {phase} phase); {fits} slots per chunk fit '
+    '(leave --slots out to take them)'
+  )
+
+
+def _command_plan(
+  c: Any, cfg: Any, new_tokens: int, hbm: float | None, devices: int | None
+) -> tuple[float, int, Callable[[str, int], float]] | None:
+  """(HBM bytes, data-parallel size, the phase's bytes at a chunk), or None.
+
+  None where the memory is not known (a CPU host without a preset).
+  """
+  from ada_jax.infra import platforms
+  from ada_jax.planner import memory as memory_plan
+
+  if hbm is None:
+    _, hbm = pod_memory(c)
+  if hbm is None:
+    return None
+  target = preset(c)
+  platform = target.platform if target is not None else ''
+  if devices is None and target is not None:
+    devices = target.devices
+  elif devices is None:
+    import jax
+
+    devices = jax.device_count()
+  mesh = memory_plan.resolve_mesh(dict(c.mesh), devices)
+  shapes = step_shapes(c, cfg, new_tokens)
+  backend = platforms.name(platform)
+
+  def phase_bytes(phase: str, slots: int) -> float:
+    chunk = dataclasses.replace(shapes, slots=slots)
+    return memory_plan.plan(cfg, chunk, mesh, backend=backend).phase_bytes(phase)
+
+  return hbm, mesh[0] * mesh[1], phase_bytes
 
 
 def _opt(value, cast):

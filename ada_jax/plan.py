@@ -811,6 +811,7 @@ def launch_check(
   *,
   ignore_plan: bool = False,
   eval_new_tokens: int = EVAL_NEW_TOKENS,
+  eval_slots: int | None = None,
 ) -> tuple[bool, list[str]]:
   """`launch_tpu.sh run` / `eval`, here, before anything is sent to the pod.
 
@@ -818,7 +819,9 @@ def launch_check(
   workers' model files stood in, `stand_in_model_files`), then the plan's
   verdict for the command: run, the step's final line of `report`; eval,
   `report`'s line for `python -m ada_jax.evaluate` (the largest chunk that
-  fits, so a misfit means not even the smallest does). The lines are the
+  fits, so a misfit means not even the smallest does), or with the user's
+  `--slots` (eval_slots) the plan at that chunk
+  (`from_config.command_slots_problem`, as evaluate checks it). The lines are the
   plan's own, as `python -m ada_jax.plan` prints them: the launcher and the
   plan cannot disagree. A layout left to the rule (keys at 0) that fits
   nowhere is refused by the job itself (`from_config.resolve_layout`), so
@@ -859,6 +862,15 @@ def launch_check(
   step = [x for x in lines if x.startswith(_VERDICTS)][-1]
   own = step if command == 'run' else next(x for x in lines if x.startswith(_EVALUATE))
   own_fits = own.startswith('fits: ') or own.endswith(', fits')
+  if command == 'eval' and eval_slots:
+    problem = from_config.command_slots_problem(
+      c, cfg, 'evaluation', eval_new_tokens, eval_slots
+    )
+    if problem:
+      own, own_fits = f'python -m ada_jax.evaluate {problem}', False
+    else:
+      own = f'python -m ada_jax.evaluate --slots {eval_slots}: fits'
+      own_fits = True
   job_refuses = chosen is not None and not chosen.fits
   rules = 'the config rules pass'
   if stood_in:
@@ -873,7 +885,7 @@ def launch_check(
       '--ignore-plan launches it only with its layout set, as the job refuses a '
       f'layout left to the rule that fits nowhere: {filled}'
     )
-  if command == 'eval' and not own_fits:
+  if command == 'eval' and not own_fits and not eval_slots:
     line += ' (its smallest chunk): use a larger pod'
   elif own_fits:  # eval: evaluate validates the run's layout too.
     line += f"; but evaluate's layout rule refuses the step: {step}"
@@ -891,6 +903,7 @@ def run_launch_check(
   pod: str = '',
   ignore_plan: bool = False,
   eval_new_tokens: int = EVAL_NEW_TOKENS,
+  eval_slots: int | None = None,
 ) -> int:
   """`--launch-check`: prints the check's lines; returns 0 or LAUNCH_REFUSED.
 
@@ -925,7 +938,12 @@ def run_launch_check(
     jax.config.update('jax_platforms', 'cpu')
     jax.config.update('jax_num_cpu_devices', tpu_pods.pod(c.pod).chips)
     refused, lines = launch_check(
-      c, spec, command, ignore_plan=ignore_plan, eval_new_tokens=eval_new_tokens
+      c,
+      spec,
+      command,
+      ignore_plan=ignore_plan,
+      eval_new_tokens=eval_new_tokens,
+      eval_slots=eval_slots,
     )
   except ValueError as e:  # ConfigError included: one line, naming the config.
     named = str(e).startswith(spec.partition(':')[0])
@@ -1517,6 +1535,12 @@ def parser() -> argparse.ArgumentParser:
     help='new tokens of `ada_jax.evaluate` (capped by the model positions)',
   )
   p.add_argument(
+    '--eval-slots',
+    type=int,
+    default=None,
+    help="--launch-check eval: evaluate's --slots, checked against the plan",
+  )
+  p.add_argument(
     '--write-gbps',
     type=float,
     default=None,
@@ -1608,6 +1632,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         pod=args.pod,
         ignore_plan=args.ignore_plan,
         eval_new_tokens=args.eval_new_tokens,
+        eval_slots=args.eval_slots,
       )
     )
   if args.pod_check:

@@ -122,7 +122,9 @@ def run(
     max_new_tokens: default `sampling.max_new_tokens`, capped by the
       model's positions minus `data.prompt_bucket`.
     slots: slots per sampler chunk; default `rl.slots`, halved until the
-      plan's selection phase fits a device (`from_config.command_slots`).
+      plan's selection phase fits a device (`from_config.command_slots`);
+      given, a chunk the plan says does not fit is refused
+      (`from_config.command_slots_problem`).
     seed: PRNG seed of the samples (the reference: 42).
     verify_fn: replaces `verifier.verify_batch` (tests).
 
@@ -161,6 +163,14 @@ def run(
       bucket,
     )
     max_new_tokens = positions - bucket
+  if slots is None:  # The largest chunk whose plan fits a device.
+    slots = from_config.command_slots(c, model.config, 'selection', max_new_tokens)
+  else:  # The user's chunk, checked against the plan before any sampling.
+    problem = from_config.command_slots_problem(
+      c, model.config, 'selection', max_new_tokens, slots
+    )
+    if problem:
+      raise from_config.ConfigError(f'select_prompts {problem}')
   examples = data.load_examples(
     c.data.name,
     split,
@@ -189,9 +199,7 @@ def run(
     from_config.scorer(c, tok, verify_fn),
     examples,
     prompt_bucket=bucket,
-    # The largest chunk whose plan fits a device (`command_slots`).
-    slots=slots
-    or from_config.command_slots(c, model.config, 'selection', max_new_tokens),
+    slots=slots,
     k=k,
     max_new_tokens=max_new_tokens,
     rng=jax.random.key(seed),

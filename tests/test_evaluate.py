@@ -189,6 +189,23 @@ def test_evaluate_caps_new_tokens_and_matches_hf_export(run, caplog):
   assert set(backends) == {'ada'} and a['datasets']['custom']['grader'] == 'ada'
 
 
+def test_users_slots_that_the_plan_says_do_not_fit_are_refused(run, monkeypatch):
+  """A chunk (--slots) the plan says overflows the device: one line, no sampling."""
+  c = from_config.load(
+    str(ROOT / 'configs' / 'tiny_arith.py') + ':task=format', run['overrides']
+  )
+  monkeypatch.setattr(from_config, 'pod_memory', lambda c: (None, 64.0 * 2**10))
+
+  def never(*a, **kw):
+    raise AssertionError('sampled although the chunk does not fit')
+
+  with pytest.raises(from_config.ConfigError, match=r'^evaluate --slots 8: .* NOT fit'):
+    evaluate.evaluate(
+      c, run['workdir'], ['custom'], k=1, slots=8, out_dir=str(run['root'] / 'x'),
+      verify_fn=never,
+    )  # fmt: skip
+
+
 def test_policy_is_a_compute_dtype_copy_in_the_sampling_layout(run):
   # evaluate / select_prompts read the checkpoint in the training layout and
   # sample from a copy in the compute dtype (fp32 params restored whole in

@@ -323,6 +323,38 @@ def test_ignore_plan_launches_a_misfit_with_a_warning(sh):
   assert '-m ada_jax.main --config configs/qwen25_math_7b.py:tpu=v4-8' in proc.stdout
 
 
+def test_eval_checks_the_users_slots_against_the_plan(sh):
+  """The user's evaluate --slots: a chunk the plan says does not fit is refused here.
+
+  7B on v6e-64: the plan takes 2048 slots per chunk (4096 does not fit).
+  """
+  spec = 'configs/qwen25_math_7b.py:tpu=v6e-64'
+  c = from_config.load(spec)
+  cfg = plan.model_config(c, 'qwen25_math_7b')
+  from_config.resolve_layout(c, cfg, refuse=False)  # As evaluate validates it.
+  problem = from_config.command_slots_problem(c, cfg, 'evaluation', 4096, 4096)
+  assert problem.startswith('--slots 4096: ') and ' does NOT fit 32.0 GiB' in problem
+  assert problem.endswith('; 2048 slots per chunk fit (leave --slots out to take them)')
+  assert from_config.command_slots_problem(c, cfg, 'evaluation', 4096, 2048) is None
+  assert 'data-parallel size 64' in from_config.command_slots_problem(
+    c, cfg, 'evaluation', 4096, 96
+  )
+  args = ('--dry-run', '--name', 'ada', '--zone', 'z', 'eval', '--config', spec)
+  args += ('--checkpoint', WORKDIR, HF_PATH)
+  proc = sh(*args, '--slots', '4096', check_rc=1)
+  (line,) = proc.stderr.splitlines()
+  assert line.startswith(
+    f'launch_tpu.sh: error: {spec} on v6e-64 (64 chips x 32 GiB): '
+    f'python -m ada_jax.evaluate {problem}; nothing was sent to the pod'
+  )
+  assert 'gcloud' not in proc.stdout
+  proc = sh(*args, '--slots', '1024')
+  assert (
+    'plan: python -m ada_jax.evaluate --slots 1024: fits' in proc.stdout + proc.stderr
+  )
+  assert '-m ada_jax.evaluate' in proc.stdout and '--slots 1024' in proc.stdout
+
+
 def test_eval_refused_here_where_not_even_its_smallest_chunk_fits(sh):
   """7B evaluated in float32 on one 16 GiB chip (its params alone take 28 GiB)."""
   fp32 = '--config.model.dtype=float32'
