@@ -300,7 +300,9 @@ def attend(
     k_cache: [B, G, S, K] keys, this call's included (cache dtype).
     v_cache: [B, G, S, K] values.
     mask: from `make_mask` with the same `impl`.
-    impl: a resolved implementation (see `resolve`).
+    impl: a resolved implementation (see `resolve`) but cudnn, which reads
+      the call's own keys, not a cache (`model.Attention` calls
+      `fused_attention`).
     dtype: the compute dtype.
     prefix_kv: decode only, with mask.prefix_valid: the shared prefix's keys
       [B/m, G, K, P] (transposed: a prefix is read whole) and values
@@ -328,12 +330,6 @@ def attend(
     return dense_attention(q, k, v, mask.dense, dtype)
   if impl == 'chunked':
     return chunked_attention(q, k, v, mask.query_index, mask.kv_valid)
-  if impl == 'cudnn':
-    # The kernel takes keys [B, S, G, K]; the model hands it this call's own
-    # keys in that layout instead (`model.Attention`), so this transposes
-    # only when called with a cache directly.
-    k, v = k.transpose(0, 2, 1, 3), v.transpose(0, 2, 1, 3)
-    return fused_attention(q, k, v, mask.lengths, platform=platform)
   if impl == 'splash':
     if k.shape[2] != q.shape[1]:
       raise ValueError(f'splash needs S == T, got S={k.shape[2]}, T={q.shape[1]}')

@@ -500,8 +500,19 @@ class Transformer(nnx.Module):
     c = self.config
     b, t = tokens.shape
     impl = _resolve(c, t, cache.valid.shape[-1])
+    shift = None
     if impl == 'cudnn':
-      return self._left_aligned(tokens, positions, cache, token_mask, return_hidden)
+      # The fused kernel (S == T, written from index 0) wants each row's real
+      # tokens at [0, length): every row is rolled left by its left pad
+      # (`attention.roll_rows`) on tokens, mask and positions together, and
+      # the outputs, the written keys and values and the cache validity are
+      # rolled back at the end, so callers see the usual layout.
+      shift = attention_lib.left_pads(token_mask)
+      tokens, positions, token_mask = (
+        attention_lib.roll_rows(a, shift) for a in (tokens, positions, token_mask)
+      )
+      if rope is not None:
+        rope = RopeTables(*(attention_lib.roll_rows(a, shift) for a in rope))
     if cache.prefix_valid is not None:
       if t != 1 or c.attention == 'dense':
         raise ValueError(
@@ -532,62 +543,19 @@ class Transformer(nnx.Module):
       new_k.append(k_i)
       new_v.append(v_i)
     x = self.final_norm(x)
+    if shift is not None:
+      back = -shift
+      x = attention_lib.roll_rows(x, back)
+      # Keys and values [B, G, S, K]: their S axis rolled back.
+      new_k, new_v = (
+        [attention_lib.roll_rows(a.swapaxes(1, 2), back).swapaxes(1, 2) for a in kv]
+        for kv in (new_k, new_v)
+      )
+      valid = attention_lib.roll_rows(valid, back)
     new_cache = cache._replace(k=tuple(new_k), v=tuple(new_v), valid=valid)
     if return_hidden:
       return x, new_cache
     return self.project(x), new_cache
-
-  def _left_aligned(
-    self,
-    tokens: Array,
-    positions: Array,
-    cache: KVCache,
-    token_mask: Array,
-    return_hidden: bool,
-  ) -> tuple[Array, KVCache]:
-    """`__call__` for the fused kernel (S == T, written from index 0).
-
-    Each row rolled left by its left pad (`attention.roll_rows`) on tokens,
-    mask and positions together, so its real tokens are [0, length) as the
-    kernel's sequence lengths want; the outputs and the written keys and
-    values are rolled back, so callers see the usual layout.
-    """
-    shift = attention_lib.left_pads(token_mask)
-    valid = token_mask.astype(jnp.bool_)
-    cache = cache._replace(valid=valid)
-    x, cache = self._layers(
-      attention_lib.roll_rows(tokens, shift),
-      attention_lib.roll_rows(positions, shift),
-      attention_lib.roll_rows(valid, shift),
-      cache,
-    )
-    back = -shift
-    x = attention_lib.roll_rows(x, back)
-    # Keys and values [B, G, S, K]: roll the S axis back.
-    unroll = lambda a: attention_lib.roll_rows(a.swapaxes(1, 2), back).swapaxes(1, 2)  # noqa: E731
-    cache = cache._replace(k=tuple(map(unroll, cache.k)), v=tuple(map(unroll, cache.v)))
-    return (x, cache) if return_hidden else (self.project(x), cache)
-
-  def _layers(
-    self, tokens: Array, positions: Array, valid: Array, cache: KVCache
-  ) -> tuple[Array, KVCache]:
-    """The fused kernel's forward of left-aligned rows: final hidden, cache."""
-    c = self.config
-    b, t = tokens.shape
-    query_index = jnp.broadcast_to(jnp.arange(t, dtype=jnp.int32)[None, :], (b, t))
-    mask = attention_lib.make_mask(query_index, valid, 'cudnn')
-    rope = rope_tables(positions, rope_inv_freq(c))
-    x = jnp.take(self.embed[...], tokens, axis=0).astype(c.dtype)
-    new_k, new_v = [], []
-    for i, layer in enumerate(self.layers):
-      args = (x, rope, mask, cache.k[i], cache.v[i], jnp.int32(0))
-      if c.remat == 'block':
-        x, k_i, v_i = _remat_block(layer, 'cudnn', *args)
-      else:
-        x, k_i, v_i = layer(*args, 'cudnn')
-      new_k.append(k_i)
-      new_v.append(v_i)
-    return self.final_norm(x), cache._replace(k=tuple(new_k), v=tuple(new_v))
 
   def project(self, hidden: Array) -> Array:
     """fp32 logits [B, T, V] from final hidden states [B, T, D]."""
@@ -623,7 +591,7 @@ class Transformer(nnx.Module):
     valid = mask.astype(jnp.bool_)
     positions = positions_from_mask(mask)
     shift = None
-    if impl == 'cudnn':  # Left-aligned rows, rolled back at the end (_left_aligned).
+    if impl == 'cudnn':  # Left-aligned rows, rolled back at the end (`__call__`).
       shift = attention_lib.left_pads(mask)
       tokens, valid, positions = (
         attention_lib.roll_rows(a, shift) for a in (tokens, valid, positions)
