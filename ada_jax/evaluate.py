@@ -360,14 +360,9 @@ def evaluate(
       bucket,
     )
     max_new_tokens = limit
-  if slots is None:  # The largest chunk whose plan fits a device.
-    slots = from_config.command_slots(c, model.config, 'evaluation', max_new_tokens)
-  else:  # The user's chunk, checked against the plan before any sampling.
-    problem = from_config.command_slots_problem(
-      c, model.config, 'evaluation', max_new_tokens, slots
-    )
-    if problem:
-      raise from_config.ConfigError(f'evaluate {problem}')
+  slots = from_config.command_chunk(
+    c, model.config, 'evaluation', max_new_tokens, slots, 'evaluate'
+  )
   scorers = {g: from_config.scorer(c, tok, verify_fn, backend=g) for g in needed}
   results, dropped = {}, {}
   for i, (name, split) in enumerate(sets):  # Keyed by the name as given.

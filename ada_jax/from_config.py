@@ -265,6 +265,24 @@ def preset(c: Any) -> Preset | None:
   return None
 
 
+def _devices_and_platform(
+  target: Preset | None, devices: int | None
+) -> tuple[int, str]:
+  """(devices, platform) a plan assumes.
+
+  Devices: the given count, else the preset's, else this machine's.
+  Platform: the preset chip's, else '' (the running backend).
+  """
+  if devices is None:
+    if target is not None:
+      devices = target.devices
+    else:
+      import jax
+
+      devices = jax.device_count()
+  return devices, target.platform if target is not None else ''
+
+
 def pod_memory(c: Any) -> tuple[str | None, float | None]:
   """(chip, memory bytes per device) the layout rule plans for.
 
@@ -302,9 +320,10 @@ def resolve_layout(
   smallest tensor axis dividing the KV heads whose plan fits, one row per
   batch shard per micro-batch, one slot wave where that fits (else the
   fewest of 2, 4, 8). Devices: the preset's (`tpu=` / `gpu=`), else this
-  machine's; memory: `pod_memory`; platform: the preset chip's. Returns the planner's Layout (None when nothing was left
-  to the rule). refuse=False (the plan command) takes the last layout
-  tried when none fits, so the plan can print why.
+  machine's; memory: `pod_memory`; platform: the preset chip's. Returns the
+  planner's Layout (None when nothing was left to the rule). refuse=False
+  (the plan command) takes the last layout tried when none fits, so the
+  plan can print why.
 
   Raises:
     ConfigError: no tensor axis fits (refuse): the plan's line, naming the key.
@@ -316,18 +335,11 @@ def resolve_layout(
   from ada_jax.planner import layout as layout_lib
 
   target = preset(c)
-  if devices is None:
-    if target is not None:
-      devices = target.devices
-    else:
-      import jax
-
-      devices = jax.device_count()
+  devices, preset_platform = _devices_and_platform(target, devices)
   if hbm_bytes is None:
     _, hbm_bytes = pod_memory(c)
   cfg = cfg if cfg is not None else model_config(c)
-  if not platform:
-    platform = target.platform if target is not None else ''
+  platform = platform or preset_platform
   chosen = layout_lib.choose(
     cfg,
     step_shapes(c, cfg),
@@ -423,6 +435,26 @@ def command_slots(
   return slots
 
 
+def command_chunk(
+  c: Any, cfg: Any, phase: str, new_tokens: int, slots: int | None, command: str
+) -> int:
+  """The slots per chunk a command samples with: the user's, checked, else the rule's.
+
+  None: the largest chunk whose plan fits a device (`command_slots`).
+  Given: refused before any sampling where the plan says it does not fit
+  (`command_slots_problem`).
+
+  Raises:
+    ConfigError: `command` and the user's chunk's problem, in one line.
+  """
+  if slots is None:
+    return command_slots(c, cfg, phase, new_tokens)
+  problem = command_slots_problem(c, cfg, phase, new_tokens, slots)
+  if problem:
+    raise ConfigError(f'{command} {problem}')
+  return slots
+
+
 def command_slots_problem(
   c: Any,
   cfg: Any,
@@ -471,14 +503,7 @@ def _command_plan(
     _, hbm = pod_memory(c)
   if hbm is None:
     return None
-  target = preset(c)
-  platform = target.platform if target is not None else ''
-  if devices is None and target is not None:
-    devices = target.devices
-  elif devices is None:
-    import jax
-
-    devices = jax.device_count()
+  devices, platform = _devices_and_platform(preset(c), devices)
   mesh = memory_plan.resolve_mesh(dict(c.mesh), devices)
   shapes = step_shapes(c, cfg, new_tokens)
   backend = platforms.name(platform)

@@ -330,6 +330,7 @@ def time_lines(
   # The trainer evaluates its eval split's first rl.eval_max_prompts (0: all
   # of it, a size known only once the data is built: not counted then).
   eval_prompts = rl.eval_max_prompts if c.data.eval_split else 0
+  every_minutes = float(c.checkpoint.get('every_minutes', 0))
   run = run_time.estimate(
     cfg,
     steps=rl.steps,
@@ -345,7 +346,7 @@ def time_lines(
     histogram_prompts=rl.histogram_prompts,
     histogram_k=rl.histogram_k,
     checkpoint_every=c.checkpoint.every,
-    checkpoint_every_minutes=float(c.checkpoint.get('every_minutes', 0)),
+    checkpoint_every_minutes=every_minutes,
     hosts=hosts,
     write_gbps=write_gbps,
     attention=cfg.attention,
@@ -364,7 +365,6 @@ def time_lines(
         s.total_seconds,
       )
     )
-  every_minutes = float(c.checkpoint.get('every_minutes', 0))
   minutes = f' or {every_minutes:g} min' if every_minutes > 0 else ''
   parts.append(
     (

@@ -163,14 +163,9 @@ def run(
       bucket,
     )
     max_new_tokens = positions - bucket
-  if slots is None:  # The largest chunk whose plan fits a device.
-    slots = from_config.command_slots(c, model.config, 'selection', max_new_tokens)
-  else:  # The user's chunk, checked against the plan before any sampling.
-    problem = from_config.command_slots_problem(
-      c, model.config, 'selection', max_new_tokens, slots
-    )
-    if problem:
-      raise from_config.ConfigError(f'select_prompts {problem}')
+  slots = from_config.command_chunk(
+    c, model.config, 'selection', max_new_tokens, slots, 'select_prompts'
+  )
   examples = data.load_examples(
     c.data.name,
     split,
